@@ -1,0 +1,53 @@
+"""Acceptance (issue 2): greedy output of tiny Qwen3/Qwen2 equals HF transformers token for token (fp32, CPU)."""
+import random
+import pytest
+from metainfer import LLM, SamplingParams
+from metainfer.testing import hf_greedy
+
+PRESETS = ["qwen3-tiny", "qwen3-tiny-mqa", "qwen2-tiny"]  # head_dim != hidden/heads + tied; 1 KV head; qkv bias
+GREEDY = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
+
+
+def random_prompts(n: int, seed: int, vocab: int = 151643, lo: int = 1, hi: int = 70) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_batched_greedy_equals_hf(preset, checkpoints, hf_models):
+    ckpt = checkpoints(preset)
+    prompts = random_prompts(10, seed=1)
+    llm = LLM(ckpt, dtype="float32", device="cpu")
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert [o.prompt_token_ids for o in outs] == prompts
+    assert [o.outputs[0].token_ids for o in outs] == hf_greedy(hf_models(ckpt), prompts, 64)
+    assert {o.outputs[0].finish_reason for o in outs} == {"length"}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_prefix_cache_hits_give_same_tokens(preset, checkpoints, hf_models):
+    """Prompts share a 40-token prefix (> two 16-token blocks): later prefills reuse its blocks."""
+    ckpt = checkpoints(preset)
+    shared = random_prompts(1, seed=2, lo=40, hi=40)[0]
+    prompts = [shared + tail for tail in random_prompts(8, seed=3, lo=1, hi=20)]
+    llm = LLM(ckpt, dtype="float32", device="cpu", block_size=16)
+    first = llm.generate(prompts, GREEDY, use_tqdm=False)          # hits within one batch
+    second = llm.generate(prompts[::-1], GREEDY, use_tqdm=False)   # hits on blocks cached by the first call
+    bm = llm.engine.block_manager
+    assert bm.num_cache_hit_tokens >= (7 + 8) * 32
+    ref = hf_greedy(hf_models(ckpt), prompts, 64)
+    assert [o.outputs[0].token_ids for o in first] == ref
+    assert [o.outputs[0].token_ids for o in second] == ref[::-1]
+    assert bm.num_free_blocks == llm.engine.runner.num_kv_blocks
+
+
+def test_text_prompts_and_tokenizer(checkpoints, hf_models):
+    ckpt = checkpoints("qwen3-tiny")
+    llm = LLM(ckpt, dtype="float32", device="cpu")
+    tok = llm.get_tokenizer()
+    prompts = ["The path of a token", "Hello, world!", "日本語", "def main():\n    return 0"]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+    ref = hf_greedy(hf_models(ckpt), [tok(p).input_ids for p in prompts], 16)
+    assert [o.outputs[0].token_ids for o in outs] == ref
+    assert [o.outputs[0].text for o in outs] == [tok.decode(r, skip_special_tokens=True) for r in ref]
+    assert [o.prompt for o in outs] == prompts

@@ -1,0 +1,95 @@
+"""Acceptance (issue 2): a KV pool too small for the demand, overlong prompts, aborts, streaming, seeds."""
+import pytest
+from metainfer import LLM, SamplingParams
+from test_generate_vs_hf import random_prompts, GREEDY
+
+
+def test_small_pool_preempts_and_completes(checkpoints):
+    ckpt = checkpoints("qwen3-tiny")
+    prompts = random_prompts(16, seed=4, lo=10, hi=60)
+    demand = sum(-(-(len(p) + 64) // 16) for p in prompts)          # blocks needed if all ran at once
+    big = LLM(ckpt, dtype="float32", device="cpu", block_size=16)
+    small = LLM(ckpt, dtype="float32", device="cpu", block_size=16, num_kv_blocks=24, max_model_len=256)
+    assert small.engine.runner.num_kv_blocks < demand / 3
+    free0 = small.engine.block_manager.num_free_blocks
+    ref = big.generate(prompts, GREEDY, use_tqdm=False)
+    outs = small.generate(prompts, GREEDY, use_tqdm=False)
+    assert small.engine.scheduler.num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in ref]
+    assert small.engine.block_manager.num_free_blocks == free0 == 24
+
+
+def test_overlong_prompt_is_rejected_and_others_unaffected(checkpoints):
+    ckpt = checkpoints("qwen3-tiny")
+    llm = LLM(ckpt, dtype="float32", device="cpu", max_model_len=128)
+    prompts = random_prompts(4, seed=5)
+    ref = [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
+    engine = llm.engine
+    for i, p in enumerate(prompts[:2]): engine.add_request(f"ok{i}", p, GREEDY)
+    with pytest.raises(ValueError, match="prompt of 200 tokens is too long: max_model_len is 128"):
+        engine.add_request("long", [1] * 200, GREEDY)
+    for i, p in enumerate(prompts[2:], 2): engine.add_request(f"ok{i}", p, GREEDY)
+    done = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished: done[out.request_id] = out.outputs[0]
+    assert [done[f"ok{i}"].token_ids for i in range(4)] == [r[:128 - len(p)] for r, p in zip(ref, prompts)]
+    with pytest.raises(ValueError, match="prompt 1: prompt of 128 tokens is too long"):
+        llm.generate([prompts[0], [1] * 128], GREEDY, use_tqdm=False)
+    assert not engine.has_unfinished_requests()
+    assert engine.block_manager.num_free_blocks == engine.runner.num_kv_blocks
+
+
+def test_generation_stops_at_max_model_len(checkpoints):
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu", max_model_len=40)
+    out = llm.generate([[5] * 30], GREEDY, use_tqdm=False)[0].outputs[0]
+    assert (len(out.token_ids), out.finish_reason) == (10, "length")
+
+
+def test_bad_requests_fail_with_reasons(checkpoints):
+    engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
+    with pytest.raises(ValueError, match="empty"): engine.add_request("a", [], GREEDY)
+    with pytest.raises(ValueError, match=r"must be in \[0, 151936\)"): engine.add_request("b", [151936], GREEDY)
+    engine.add_request("c", [1, 2], GREEDY)
+    with pytest.raises(ValueError, match="already in use"): engine.add_request("c", [1, 2], GREEDY)
+    with pytest.raises(ValueError, match="top_p"): SamplingParams(top_p=1.5)
+    engine.abort_request("c")
+    assert not engine.has_unfinished_requests()
+
+
+def test_abort_frees_blocks_mid_decode(checkpoints):
+    engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
+    free0 = engine.block_manager.num_free_blocks
+    for i, p in enumerate(random_prompts(6, seed=6)): engine.add_request(str(i), p, GREEDY)
+    for _ in range(5): engine.step()
+    for i in range(0, 6, 2): engine.abort_request(str(i))
+    finished = {}
+    while engine.has_unfinished_requests():
+        for o in engine.step():
+            if o.finished: finished[o.request_id] = len(o.outputs[0].token_ids)
+    assert finished == {"1": 64, "3": 64, "5": 64}
+    assert engine.block_manager.num_free_blocks == free0
+
+
+def test_stream_yields_growing_outputs(checkpoints):
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu")
+    prompts = ["Hello", "The path of a token"]
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    seen = {}
+    for out in llm.stream(prompts, params):
+        prev = seen.get(out.request_id)
+        if prev is not None: assert out.outputs[0].token_ids[:len(prev)] == prev
+        seen[out.request_id] = out.outputs[0].token_ids
+    final = llm.generate(prompts, params, use_tqdm=False)
+    assert sorted(seen.values()) == sorted(o.outputs[0].token_ids for o in final)
+
+
+def test_seeded_sampling_is_reproducible_and_batch_independent(checkpoints):
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu")
+    p = random_prompts(3, seed=7)
+    seeded = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=123, ignore_eos=True)
+    alone = llm.generate([p[0]], seeded, use_tqdm=False)[0].outputs[0].token_ids
+    mixed = llm.generate(p, [seeded, SamplingParams(temperature=0.7, max_tokens=16), GREEDY], use_tqdm=False)
+    assert mixed[0].outputs[0].token_ids == alone
+    other = llm.generate([p[0]], SamplingParams(temperature=1.0, max_tokens=16, seed=124, ignore_eos=True), use_tqdm=False)
+    assert other[0].outputs[0].token_ids != alone
