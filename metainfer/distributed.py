@@ -11,7 +11,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['TorchDistCommunicator', 'ParallelInfo', 'get_tp', 'set_tp', 'init_tensor_parallel', 'free_port']
+__all__ = ['TorchDistCommunicator', 'ControlChannel', 'ParallelInfo', 'get_tp', 'set_tp', 'init_tensor_parallel',
+           'destroy_tensor_parallel', 'free_port']
 
 # %% ../nbs/04_distributed.ipynb #c004
 class TorchDistCommunicator:
@@ -31,13 +32,27 @@ class TorchDistCommunicator:
         dist.broadcast(x, src=src, group=self.group)
         return x
 
-# %% ../nbs/04_distributed.ipynb #c005
+# %% ../nbs/04_distributed.ipynb #c006
+class ControlChannel:
+    "Rank 0 sends a picklable object to every rank of a CPU (gloo) group."
+    def __init__(self, group=None): self.group = group
+
+    def send(self, obj) -> None:
+        dist.broadcast_object_list([obj], src=0, group=self.group)
+
+    def recv(self):
+        box = [None]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+# %% ../nbs/04_distributed.ipynb #c007
 @dataclass(frozen=True)
 class ParallelInfo:
     "This process's place in a tensor-parallel group; `size == 1` needs no process group."
     rank: int = 0
     size: int = 1
     comm: TorchDistCommunicator | None = None
+    control: ControlChannel | None = None
 
     def __post_init__(self):
         if not 0 <= self.rank < self.size: raise ValueError(f"rank {self.rank} outside a group of {self.size}")
@@ -54,7 +69,7 @@ class ParallelInfo:
         "Every rank gets rank `src`'s `x`, in place."
         return x if self.size == 1 else self.comm.broadcast(x, src)
 
-# %% ../nbs/04_distributed.ipynb #c006
+# %% ../nbs/04_distributed.ipynb #c008
 _TP = ParallelInfo()
 
 def get_tp() -> ParallelInfo:
@@ -67,15 +82,23 @@ def set_tp(tp: ParallelInfo) -> ParallelInfo:
     _TP = tp
     return tp
 
-# %% ../nbs/04_distributed.ipynb #c010
-def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device) -> ParallelInfo:
-    "Join a `size`-process group at `init_method` (e.g. `tcp://127.0.0.1:PORT`) and make it current."
+# %% ../nbs/04_distributed.ipynb #c012
+def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device,
+                         timeout_s: float = 600) -> ParallelInfo:
+    "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`) and make it current."
     if size == 1: return set_tp(ParallelInfo())
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    if device.type == "cuda": torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
-                            device_id=device if device.type == "cuda" else None)
-    return set_tp(ParallelInfo(rank, size, TorchDistCommunicator()))
+    from datetime import timedelta
+    cuda = device.type == "cuda"
+    if cuda: torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=timeout_s), device_id=device if cuda else None)
+    control = dist.new_group(backend="gloo") if cuda else None
+    return set_tp(ParallelInfo(rank, size, TorchDistCommunicator(), ControlChannel(control)))
+
+def destroy_tensor_parallel() -> None:
+    "Leave the process group (if any) and go back to world size 1."
+    if dist.is_initialized(): dist.destroy_process_group()
+    set_tp(ParallelInfo())
 
 def free_port() -> int:
     "A TCP port on loopback that is free right now."

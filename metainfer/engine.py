@@ -11,7 +11,8 @@ from typing import Iterator
 import torch
 from tqdm.auto import tqdm
 from .config import EngineConfig, load_model_config
-from .distributed import get_tp
+from .distributed import ParallelInfo, destroy_tensor_parallel
+from .workers import start_tensor_parallel, WorkerDied
 from .sequence import SamplingParams, Sequence, BlockManager
 from .scheduler import Scheduler
 from .runner import ModelRunner
@@ -72,7 +73,11 @@ class LLMEngine:
         self.model_config = mc = load_model_config(config.model)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         self.tokenizer = self._load_tokenizer(config.model)
-        self.runner = ModelRunner(config, mc, self.max_model_len)
+        self.tp, self.workers = start_tensor_parallel(config, mc, self.max_model_len)
+        try: self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
+        except BaseException:
+            self.shutdown()
+            raise
         capacity = self.runner.num_kv_blocks * config.block_size
         if capacity < self.max_model_len:
             if config.max_model_len: raise ValueError(f"max_model_len {config.max_model_len} exceeds the KV pool's {capacity} tokens")
@@ -97,6 +102,19 @@ class LLMEngine:
         ids = set(self.model_config.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None: ids.add(self.tokenizer.eos_token_id)
         return tuple(sorted(ids))
+
+    def shutdown(self) -> None:
+        "Stop the tensor-parallel workers (if any) and leave the process group; idempotent."
+        if self.tp.size == 1: return
+        if self.workers is not None:
+            try:
+                self.workers.raise_if_dead()
+                self.tp.control.send(None)
+            except Exception: pass  # a dead worker: stop() kills the rest
+            self.workers.stop()
+            self.workers = None
+        destroy_tensor_parallel()
+        self.tp = ParallelInfo()
 
     def kv_cache_usage(self) -> float:
         "Fraction of KV blocks in use."
@@ -136,13 +154,25 @@ def step(self: LLMEngine) -> list[RequestOutput]:
     "Schedule, run, postprocess; the outputs of the requests that advanced (finished ones are then forgotten)."
     batch = self.scheduler.schedule()
     if batch is None: return []
-    token_ids = self.runner.run(batch)
+    token_ids = self._run(batch)
     self.scheduler.postprocess(batch, token_ids)
     by_seq = {r.seq.seq_id: r for r in self.requests.values()}
     outputs = [self._output(by_seq[s.seq_id]) for s in batch.seqs]
     for o in outputs:
         if o.finished: del self.requests[o.request_id]
     return outputs
+
+def _run(self: LLMEngine, batch) -> list[int]:
+    "Run a batch on every rank; a dead worker becomes a `WorkerDied` error naming it."
+    if self.workers is None: return self.runner.run(batch)
+    self.workers.raise_if_dead()
+    try: return self.runner.run(batch)
+    except Exception as e:
+        import time
+        for _ in range(50):  # a collective can fail a moment before the dead worker's exit code is visible
+            self.workers.raise_if_dead()
+            time.sleep(0.1)
+        raise WorkerDied(f"a tensor-parallel collective failed: {e}") from e
 
 def _output(self: LLMEngine, req: Request) -> RequestOutput:
     seq, text = req.seq, ""
@@ -157,7 +187,7 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
     out = CompletionOutput(0, text, seq.completion_token_ids, seq.finish_reason, req.stop_reason)
     return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished)
 
-LLMEngine.step, LLMEngine._output = step, _output
+LLMEngine.step, LLMEngine._run, LLMEngine._output = step, _run, _output
 
 # %% ../nbs/14_engine.ipynb #c015
 class LLM:
@@ -168,6 +198,15 @@ class LLM:
         self._ids = count()
 
     def get_tokenizer(self): return self.engine.tokenizer
+
+    def shutdown(self) -> None:
+        "Stop tensor-parallel workers; also done when the `LLM` is garbage-collected or leaves a `with` block."
+        self.engine.shutdown()
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.shutdown()
+    def __del__(self):
+        if "engine" in self.__dict__: self.engine.shutdown()
 
     def _submit(self, prompts, sampling_params) -> list[str]:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)): prompts = [prompts]

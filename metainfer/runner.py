@@ -6,6 +6,7 @@
 from __future__ import annotations
 import importlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 import torch
 from torch import nn, Tensor
 from .config import EngineConfig, ModelConfig
@@ -17,7 +18,7 @@ from .scheduler import ScheduledBatch
 
 # %% auto #0
 __all__ = ['MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'kv_block_budget', 'ModelRunner',
-           'prepare_prefill', 'prepare_decode', 'sampling_tensors', 'run']
+           'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors', 'execute', 'run']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM"}
@@ -91,18 +92,24 @@ class ModelRunner:
     def num_kv_blocks(self) -> int: return self.kv_pool.num_blocks
 
 # %% ../nbs/13_runner.ipynb #c014
-def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> tuple[Tensor, Tensor, AttentionMetadata]:
-    seqs = batch.seqs
-    input_ids = [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]]
-    positions, meta = make_metadata([s.block_table for s in seqs], [len(s) for s in seqs],
-                                    [len(s) - s.num_cached_tokens for s in seqs], self.block_size, True, self.device)
-    return torch.tensor(input_ids, device=self.device), positions, meta
+@dataclass
+class StepInput:
+    "What every rank needs to run one step; built on rank 0 from the scheduled batch."
+    is_prefill: bool
+    input_ids: list[int]            # the new tokens of every sequence, concatenated
+    block_tables: list[list[int]]
+    context_lens: list[int]         # tokens in the cache per sequence after this step
+    query_lens: list[int]           # new tokens per sequence
 
-def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> tuple[Tensor, Tensor, AttentionMetadata]:
+def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
     seqs = batch.seqs
-    positions, meta = make_metadata([s.block_table for s in seqs], [len(s) for s in seqs], [1] * len(seqs),
-                                    self.block_size, False, self.device)
-    return torch.tensor([s.token_ids[-1] for s in seqs], device=self.device), positions, meta
+    return StepInput(True, [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]], [s.block_table for s in seqs],
+                     [len(s) for s in seqs], [len(s) - s.num_cached_tokens for s in seqs])
+
+def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
+    seqs = batch.seqs
+    return StepInput(False, [s.token_ids[-1] for s in seqs], [s.block_table for s in seqs], [len(s) for s in seqs],
+                     [1] * len(seqs))
 
 ModelRunner.prepare_prefill, ModelRunner.prepare_decode = prepare_prefill, prepare_decode
 
@@ -118,14 +125,17 @@ def sampling_tensors(self: ModelRunner, batch: ScheduledBatch):
             t([p.top_p for p in ps], torch.float), [s.generator for s in batch.seqs])
 
 @torch.inference_mode()
-def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
-    "Run one step and return each sequence's new token id."
-    prepare = self.prepare_prefill if batch.is_prefill else self.prepare_decode
-    input_ids, positions, meta = prepare(batch)
-    hidden = self.model(input_ids, positions, meta)
-    last = meta.cu_seqlens_q[1:].long() - 1
-    logits = self.model.compute_logits(hidden[last])
-    ids = sample(logits, *self.sampling_tensors(batch)) if self.tp.rank == 0 else torch.empty(len(batch.seqs), dtype=torch.long, device=self.device)
-    return self.tp.broadcast(ids).tolist()
+def execute(self: ModelRunner, step: StepInput) -> Tensor:
+    "Run the model on one step; every rank calls this. Returns the logits of each sequence's last token."
+    positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.block_size,
+                                    step.is_prefill, self.device)
+    hidden = self.model(torch.tensor(step.input_ids, device=self.device), positions, meta)
+    return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
 
-ModelRunner.sampling_tensors, ModelRunner.run = sampling_tensors, run
+def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
+    "Rank 0: run one step on every rank and return each sequence's new token id."
+    step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
+    if self.tp.size > 1: self.tp.control.send(step)
+    return sample(self.execute(step), *self.sampling_tensors(batch)).tolist()
+
+ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.run = sampling_tensors, execute, run

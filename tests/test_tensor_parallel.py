@@ -1,0 +1,57 @@
+"""Acceptance (issue 3, CPU part): TP over gloo processes equals TP=1 and HF; clean exit; a dead worker is reported."""
+import multiprocessing as mp
+import os, signal, time
+import psutil
+import pytest
+from metainfer import LLM, SamplingParams
+from metainfer.testing import hf_greedy
+from metainfer.workers import WorkerDied
+from test_generate_vs_hf import random_prompts, GREEDY
+
+
+def run(ckpt, prompts, tp, **kw):
+    with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=tp, **kw) as llm:
+        return [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
+
+
+@pytest.mark.parametrize("preset", ["qwen3-tiny", "qwen3-tiny-mqa"])  # 2 KV heads (split), 1 KV head (replicated)
+def test_tp2_equals_tp1_and_hf(preset, checkpoints, hf_models):
+    ckpt = checkpoints(preset)
+    prompts = random_prompts(8, seed=11)
+    tp1 = run(ckpt, prompts, 1)
+    assert tp1 == hf_greedy(hf_models(ckpt), prompts, 64)
+    assert run(ckpt, prompts, 2) == tp1
+    assert not mp.active_children()
+
+
+def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
+    ckpt = checkpoints("qwen3-tiny", vocab_size=1001)   # 1001 = 2 * 500 + 1: the last rank holds a padding row
+    prompts = random_prompts(8, seed=12, vocab=1001)
+    ref = hf_greedy(hf_models(ckpt), prompts, 64)
+    assert run(ckpt, prompts, 2) == ref
+
+
+def test_tp4_kv_head_replication(checkpoints):
+    ckpt = checkpoints("qwen3-tiny")                   # 4 query heads, 2 KV heads: each KV head on 2 of 4 ranks
+    prompts = random_prompts(4, seed=13)
+    assert run(ckpt, prompts, 4) == run(ckpt, prompts, 1)
+
+
+def test_exit_leaves_no_children_and_dead_worker_is_reported(checkpoints):
+    ckpt = checkpoints("qwen3-tiny")
+    llm = LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2)
+    llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
+    pids = [p.pid for p in llm.engine.workers.procs]
+    os.kill(pids[0], signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerDied, match="rank 1"):
+        llm.generate([[4, 5, 6]], GREEDY, use_tqdm=False)
+    assert time.monotonic() - start < 10
+    llm.shutdown()
+    assert not mp.active_children()
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+    with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2) as llm:   # the next engine starts cleanly
+        pids = [p.pid for p in llm.engine.workers.procs]
+        llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
+    assert not mp.active_children() and not any(psutil.pid_exists(p) for p in pids)
