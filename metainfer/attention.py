@@ -44,19 +44,20 @@ def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_
 
 # %% ../nbs/07_attention.ipynb #c010
 class KVPool:
-    "K and V caches of every layer, `[num_blocks, block_size, kv_heads, head_dim]` each, in one allocation."
+    "Per-layer caches `[num_blocks, block_size, kv_heads, head_dim]` (`parts` of them: K and V, or one latent)."
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str):
+                 dtype: torch.dtype, device: torch.device | str, parts: int = 2):
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.data = torch.zeros(2, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device)
+        self.data = torch.zeros(parts, num_layers, num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=device)
 
-    def layer(self, i: int) -> tuple[Tensor, Tensor]:
-        "The `(k_cache, v_cache)` views of layer `i`."
-        return self.data[0, i], self.data[1, i]
+    def layer(self, i: int) -> tuple[Tensor, ...]:
+        "The cache views of layer `i`: `(k_cache, v_cache)`, or `(latent_cache,)`."
+        return tuple(self.data[:, i])
 
     @staticmethod
-    def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype.itemsize
+    def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                        parts: int = 2) -> int:
+        return parts * num_layers * block_size * num_kv_heads * head_dim * dtype.itemsize
 
 # %% ../nbs/07_attention.ipynb #c012
 def gather_kv(cache: Tensor, block_table: Tensor, n: int) -> Tensor:
@@ -100,6 +101,8 @@ attention_ops = Ops(("store_kv", "prefill", "decode")).use(TorchAttention())
 # %% ../nbs/07_attention.ipynb #c017
 class Attention(nn.Module):
     "Attention over this layer's part of the paged KV pool."
+    kv_parts = 2  # K and V: what this layer needs from the KV pool per token, with num_kv_heads and head_dim
+
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale

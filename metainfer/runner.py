@@ -21,13 +21,16 @@ __all__ = ['MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'd
            'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors', 'execute', 'run']
 
 # %% ../nbs/13_runner.ipynb #c004
-MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM"}
+MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
 
 def model_class(family: str) -> type[nn.Module]:
     "The model class of a family from `ARCHITECTURES`; a clear error for families not built yet."
     if family not in MODEL_CLASSES: raise NotImplementedError(f"model family {family!r} is not implemented yet")
     module, name = MODEL_CLASSES[family].rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)
+    try: return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        if e.name != module: raise
+        raise NotImplementedError(f"model family {family!r} is not implemented yet") from e
 
 # %% ../nbs/13_runner.ipynb #c007
 def resolve_device(device: str) -> torch.device:
@@ -77,14 +80,15 @@ class ModelRunner:
     def _allocate_kv_pool(self, max_model_len: int) -> None:
         layers = self.model.attention_layers()
         a = layers[0]
-        per_block = KVPool.bytes_per_block(len(layers), self.block_size, a.num_kv_heads, a.head_dim, self.dtype)
+        per_block = KVPool.bytes_per_block(len(layers), self.block_size, a.num_kv_heads, a.head_dim, self.dtype, a.kv_parts)
         num_blocks = kv_block_budget(self.config, per_block, max_model_len, self.device)
         if self.tp.size > 1:  # every rank must agree: take the smallest
             n = torch.tensor([num_blocks], device=self.device if self.device.type == "cuda" else "cpu")
             torch.distributed.all_reduce(n, op=torch.distributed.ReduceOp.MIN)
             num_blocks = int(n)
         if num_blocks < 1: raise RuntimeError("no memory left for the KV cache; lower the model size or raise the budget")
-        self.kv_pool = KVPool(len(layers), num_blocks, self.block_size, a.num_kv_heads, a.head_dim, self.dtype, self.device)
+        self.kv_pool = KVPool(len(layers), num_blocks, self.block_size, a.num_kv_heads, a.head_dim, self.dtype, self.device,
+                              a.kv_parts)
         self.kv_pool_bytes = per_block * num_blocks
         for i, attn in enumerate(layers): attn.bind_kv_cache(*self.kv_pool.layer(i))
 
