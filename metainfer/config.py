@@ -103,6 +103,7 @@ class EngineConfig:
     max_model_len: int | None = None        # prompt + completion; None: the config's max_position_embeddings
     enable_prefix_caching: bool = True
     enforce_eager: bool = False             # GPU: no CUDA graphs
+    kernel_backend: str = "auto"            # "auto" (Triton on GPU, torch on CPU) | "torch" | "triton"
     seed: int = 0
 
     def __post_init__(self):

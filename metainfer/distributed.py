@@ -11,8 +11,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['TorchDistCommunicator', 'ControlChannel', 'ParallelInfo', 'get_tp', 'set_tp', 'init_tensor_parallel',
-           'destroy_tensor_parallel', 'free_port']
+__all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'check_all_reduce', 'ControlChannel', 'ParallelInfo', 'get_tp',
+           'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel', 'free_port']
 
 # %% ../nbs/04_distributed.ipynb #c004
 class TorchDistCommunicator:
@@ -33,6 +33,30 @@ class TorchDistCommunicator:
         return x
 
 # %% ../nbs/04_distributed.ipynb #c006
+class SymmMemCommunicator(TorchDistCommunicator):
+    "NCCL collectives, but small all-reduces as one-shot reads of peers' symmetric-memory buffers (NVLink P2P)."
+    def __init__(self, group, device: torch.device, dtype: torch.dtype = torch.bfloat16, max_bytes: int = 1 << 20):
+        super().__init__(group)
+        import torch.distributed._symmetric_memory as symm_mem
+        group = group or dist.group.WORLD
+        self.buf = symm_mem.empty(max_bytes // dtype.itemsize, dtype=dtype, device=device)
+        symm_mem.rendezvous(self.buf, group)
+        self.group_name = group.group_name
+
+    def all_reduce(self, x: Tensor) -> Tensor:
+        n = x.numel()
+        if x.dtype != self.buf.dtype or n > self.buf.numel() or not x.is_contiguous(): return super().all_reduce(x)
+        torch.ops.symm_mem.one_shot_all_reduce_copy_out(self.buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
+        return x
+
+def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
+    "Whether `comm` sums a small and a large message correctly (run on every rank)."
+    for n in (4096, 1 << 20):
+        x = torch.full((n,), float(rank + 1), device=device, dtype=dtype)
+        if not torch.equal(comm.all_reduce(x), torch.full_like(x, size * (size + 1) / 2)): return False
+    return True
+
+# %% ../nbs/04_distributed.ipynb #c008
 class ControlChannel:
     "Rank 0 sends a picklable object to every rank of a CPU (gloo) group."
     def __init__(self, group=None): self.group = group
@@ -45,13 +69,13 @@ class ControlChannel:
         dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
-# %% ../nbs/04_distributed.ipynb #c007
+# %% ../nbs/04_distributed.ipynb #c009
 @dataclass(frozen=True)
 class ParallelInfo:
     "This process's place in a tensor-parallel group; `size == 1` needs no process group."
     rank: int = 0
     size: int = 1
-    comm: TorchDistCommunicator | None = None
+    comm: TorchDistCommunicator | None = None   # or its subclass SymmMemCommunicator
     control: ControlChannel | None = None
 
     def __post_init__(self):
@@ -69,7 +93,7 @@ class ParallelInfo:
         "Every rank gets rank `src`'s `x`, in place."
         return x if self.size == 1 else self.comm.broadcast(x, src)
 
-# %% ../nbs/04_distributed.ipynb #c008
+# %% ../nbs/04_distributed.ipynb #c010
 _TP = ParallelInfo()
 
 def get_tp() -> ParallelInfo:
@@ -82,9 +106,9 @@ def set_tp(tp: ParallelInfo) -> ParallelInfo:
     _TP = tp
     return tp
 
-# %% ../nbs/04_distributed.ipynb #c012
-def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device,
-                         timeout_s: float = 600) -> ParallelInfo:
+# %% ../nbs/04_distributed.ipynb #c014
+def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device, timeout_s: float = 600,
+                         dtype: torch.dtype = torch.bfloat16, symm_mem: bool = True) -> ParallelInfo:
     "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`) and make it current."
     if size == 1: return set_tp(ParallelInfo())
     from datetime import timedelta
@@ -93,7 +117,20 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank, world_size=size,
                             timeout=timedelta(seconds=timeout_s), device_id=device if cuda else None)
     control = dist.new_group(backend="gloo") if cuda else None
-    return set_tp(ParallelInfo(rank, size, TorchDistCommunicator(), ControlChannel(control)))
+    comm = TorchDistCommunicator()
+    if cuda and symm_mem: comm = fast_communicator(rank, size, device, dtype) or comm
+    return set_tp(ParallelInfo(rank, size, comm, ControlChannel(control)))
+
+def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.dtype) -> SymmMemCommunicator | None:
+    "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built or gives wrong sums."
+    try: comm, ok = SymmMemCommunicator(None, device, dtype), None
+    except Exception: comm, ok = None, False
+    if ok is None:
+        try: ok = check_all_reduce(comm, rank, size, device, dtype)
+        except Exception: ok = False
+    agree = torch.tensor([int(ok)], device=device)
+    dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+    return comm if int(agree) else None
 
 def destroy_tensor_parallel() -> None:
     "Leave the process group (if any) and go back to world size 1."

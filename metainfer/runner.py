@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_runner.ipynb #c001
 from __future__ import annotations
-import importlib
+import importlib, logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 import torch
@@ -16,9 +16,17 @@ from .loader import load_weights
 from .sampler import sample
 from .scheduler import ScheduledBatch
 
+log = logging.getLogger("metainfer")
+if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are shown unless the user configures logging
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("%(levelname)s metainfer: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
+
 # %% auto #0
-__all__ = ['MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'kv_block_budget', 'ModelRunner',
-           'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors', 'execute', 'run']
+__all__ = ['log', 'MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'select_kernels',
+           'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors',
+           'execute', 'run', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -52,6 +60,20 @@ def default_dtype(dtype: torch.dtype):
     finally: torch.set_default_dtype(old)
 
 # %% ../nbs/13_runner.ipynb #c010
+def select_kernels(device: torch.device, backend: str = "auto") -> str:
+    "Fill the element-wise and attention kernel tables for `device`; returns the backend's name."
+    from metainfer.kernels import ops, TorchKernels
+    from metainfer.attention import attention_ops, TorchAttention
+    if backend == "auto": backend = "triton" if device.type == "cuda" else "torch"
+    if backend == "triton":
+        from metainfer.triton_kernels import TritonKernels
+        from metainfer.triton_attention import TritonAttention
+        ops.use(TritonKernels()); attention_ops.use(TritonAttention())
+    elif backend == "torch": ops.use(TorchKernels()); attention_ops.use(TorchAttention())
+    else: raise ValueError(f"unknown kernel backend {backend!r}")
+    return backend
+
+# %% ../nbs/13_runner.ipynb #c013
 def kv_block_budget(config: EngineConfig, bytes_per_block: int, max_model_len: int, device: torch.device) -> int:
     "How many KV blocks to allocate."
     if config.num_kv_blocks is not None: return config.num_kv_blocks
@@ -62,7 +84,7 @@ def kv_block_budget(config: EngineConfig, bytes_per_block: int, max_model_len: i
     useful = config.max_num_seqs * -(-max_model_len // config.block_size)
     return max(0, min(int(budget // bytes_per_block), useful))
 
-# %% ../nbs/13_runner.ipynb #c012
+# %% ../nbs/13_runner.ipynb #c015
 class ModelRunner:
     "Owns the model and KV pool of one rank and runs scheduled batches."
     def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int, tp: ParallelInfo | None = None):
@@ -71,11 +93,16 @@ class ModelRunner:
         if self.device.type == "cuda" and self.device.index is None and self.tp.size > 1:
             self.device = torch.device("cuda", self.tp.rank)
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
-        self.block_size = config.block_size
+        self.block_size, self.max_model_len = config.block_size, max_model_len
+        self.kernel_backend = select_kernels(self.device, config.kernel_backend)
         with torch.device(self.device), default_dtype(self.dtype):
             self.model = model_class(model_config.family)(model_config).eval()
         load_weights(self.model, config.model, progress=self.tp.rank == 0)
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self._allocate_kv_pool(max_model_len)
+        self.graphs = None
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.graphs = DecodeGraphs(self, min(config.max_num_seqs, 512))
 
     def _allocate_kv_pool(self, max_model_len: int) -> None:
         layers = self.model.attention_layers()
@@ -87,15 +114,19 @@ class ModelRunner:
             torch.distributed.all_reduce(n, op=torch.distributed.ReduceOp.MIN)
             num_blocks = int(n)
         if num_blocks < 1: raise RuntimeError("no memory left for the KV cache; lower the model size or raise the budget")
-        self.kv_pool = KVPool(len(layers), num_blocks, self.block_size, a.num_kv_heads, a.head_dim, self.dtype, self.device,
-                              a.kv_parts)
+        self.kv_pool = KVPool(len(layers), num_blocks + 1, self.block_size, a.num_kv_heads, a.head_dim, self.dtype,
+                              self.device, a.kv_parts)
+        self.null_block = num_blocks  # one extra block: where padded rows of a CUDA-graph batch write
         self.kv_pool_bytes = per_block * num_blocks
         for i, attn in enumerate(layers): attn.bind_kv_cache(*self.kv_pool.layer(i))
+        if self.tp.rank == 0:
+            log.info(f"KV cache: {num_blocks} blocks x {self.block_size} tokens = {num_blocks * self.block_size} tokens, "
+                     f"{self.kv_pool_bytes / 2**30:.2f} GiB ({per_block // self.block_size} bytes/token) on {self.device}")
 
     @property
-    def num_kv_blocks(self) -> int: return self.kv_pool.num_blocks
+    def num_kv_blocks(self) -> int: return self.null_block
 
-# %% ../nbs/13_runner.ipynb #c014
+# %% ../nbs/13_runner.ipynb #c017
 @dataclass
 class StepInput:
     "What every rank needs to run one step; built on rank 0 from the scheduled batch."
@@ -117,7 +148,7 @@ def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
 
 ModelRunner.prepare_prefill, ModelRunner.prepare_decode = prepare_prefill, prepare_decode
 
-# %% ../nbs/13_runner.ipynb #c016
+# %% ../nbs/13_runner.ipynb #c019
 def sampling_tensors(self: ModelRunner, batch: ScheduledBatch):
     "Per-row temperature, top-k, top-p and generators for `sample`."
     ps = [s.params for s in batch.seqs]
@@ -131,6 +162,8 @@ def sampling_tensors(self: ModelRunner, batch: ScheduledBatch):
 @torch.inference_mode()
 def execute(self: ModelRunner, step: StepInput) -> Tensor:
     "Run the model on one step; every rank calls this. Returns the logits of each sequence's last token."
+    if self.graphs is not None and not step.is_prefill and len(step.input_ids) <= self.graphs.max_batch:
+        return self.graphs.replay(step)
     positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.block_size,
                                     step.is_prefill, self.device)
     hidden = self.model(torch.tensor(step.input_ids, device=self.device), positions, meta)
@@ -143,3 +176,52 @@ def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     return sample(self.execute(step), *self.sampling_tensors(batch)).tolist()
 
 ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.run = sampling_tensors, execute, run
+
+# %% ../nbs/13_runner.ipynb #c021
+class DecodeGraphs:
+    "Captured decode steps, one per batch-size bucket, sharing static input buffers and one memory pool."
+    def __init__(self, runner: ModelRunner, max_batch: int):
+        self.runner, self.max_batch = runner, max_batch
+        self.buckets = [b for b in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448) if b < max_batch]
+        self.buckets.append(max_batch)
+        dev, n = runner.device, max_batch
+        max_blocks = -(-runner.max_model_len // runner.block_size)
+        null_slot = runner.null_block * runner.block_size
+        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
+        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
+        self.slot_mapping = torch.full((n,), null_slot, dtype=torch.long, device=dev)
+        self.context_lens = torch.ones(n, dtype=torch.int32, device=dev)
+        self.block_tables = torch.full((n, max_blocks), runner.null_block, dtype=torch.int32, device=dev)
+        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)
+        self.null_slot, self.graphs, self.logits = null_slot, {}, {}
+        pool = None
+        for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its memory
+            self._forward(b)              # warm-up: compiles kernels, creates library handles
+            torch.cuda.synchronize(dev)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool): self.logits[b] = self._forward(b)
+            self.graphs[b], pool = graph, graph.pool()
+
+    def _forward(self, b: int) -> Tensor:
+        meta = AttentionMetadata(False, self.slot_mapping[:b], self.context_lens[:b], self.block_tables[:b],
+                                 self.cu_seqlens[:b + 1], self.cu_seqlens[:b + 1], 1, self.runner.max_model_len)
+        model = self.runner.model
+        return model.compute_logits(model(self.input_ids[:b], self.positions[:b], meta))
+
+    def replay(self, step: StepInput) -> Tensor:
+        "Logits of a decode step, from the smallest bucket that holds it."
+        n = len(step.input_ids)
+        b = next(x for x in self.buckets if x >= n)
+        positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.runner.block_size,
+                                        False, "cpu")
+        self.input_ids[:n].copy_(torch.tensor(step.input_ids))
+        self.positions[:n].copy_(positions)
+        self.slot_mapping[:n].copy_(meta.slot_mapping)
+        self.context_lens[:n].copy_(meta.context_lens)
+        self.block_tables[:n, :meta.block_tables.shape[1]].copy_(meta.block_tables)
+        if b > n:  # padding rows: the null block, one token of context
+            self.slot_mapping[n:b].fill_(self.null_slot)
+            self.context_lens[n:b].fill_(1)
+            self.block_tables[n:b, 0].fill_(self.runner.null_block)
+        self.graphs[b].replay()
+        return self.logits[b][:n]

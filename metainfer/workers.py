@@ -9,7 +9,7 @@ import multiprocessing as mp
 import torch
 from .config import EngineConfig, ModelConfig
 from .distributed import ParallelInfo, init_tensor_parallel, destroy_tensor_parallel, free_port
-from .runner import ModelRunner, resolve_device
+from .runner import ModelRunner, resolve_device, resolve_dtype
 
 # %% auto #0
 __all__ = ['WorkerDied', 'cpu_threads_per_rank', 'rank_device', 'serve_rank', 'worker_main', 'WorkerGroup',
@@ -38,7 +38,7 @@ def worker_main(config: EngineConfig, model_config: ModelConfig, max_model_len: 
     "Entry point of a spawned worker process."
     device = rank_device(config, rank)
     if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
-    tp = init_tensor_parallel(rank, size, init_method, device)
+    tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device))
     try: serve_rank(ModelRunner(config, model_config, max_model_len, tp))
     finally: destroy_tensor_parallel()
 
@@ -77,7 +77,7 @@ def start_tensor_parallel(config: EngineConfig, model_config: ModelConfig,
         workers = WorkerGroup(config, model_config, max_model_len, init_method)
     device = rank_device(config, rank)
     if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
-    try: tp = init_tensor_parallel(rank, size, init_method, device)
+    try: tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device))
     except Exception:
         if workers: workers.stop(0)
         raise
