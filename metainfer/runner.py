@@ -26,7 +26,7 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
 # %% auto #0
 __all__ = ['log', 'MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'select_kernels',
            'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors',
-           'execute', 'run', 'DecodeGraphs']
+           'execute', 'logits', 'run', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -169,13 +169,17 @@ def execute(self: ModelRunner, step: StepInput) -> Tensor:
     hidden = self.model(torch.tensor(step.input_ids, device=self.device), positions, meta)
     return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
 
+def logits(self: ModelRunner, step: StepInput) -> Tensor:
+    "Rank 0: run `step` on every rank (sending it to the workers) and return the logits."
+    if self.tp.size > 1: self.tp.control.send(step)
+    return self.execute(step)
+
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     "Rank 0: run one step on every rank and return each sequence's new token id."
     step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
-    if self.tp.size > 1: self.tp.control.send(step)
-    return sample(self.execute(step), *self.sampling_tensors(batch)).tolist()
+    return sample(self.logits(step), *self.sampling_tensors(batch)).tolist()
 
-ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.run = sampling_tensors, execute, run
+ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.logits, ModelRunner.run = sampling_tensors, execute, logits, run
 
 # %% ../nbs/13_runner.ipynb #c021
 class DecodeGraphs:

@@ -10,7 +10,8 @@ import torch
 import metainfer
 
 # %% auto #0
-__all__ = ['ASSETS', 'TINY', 'PRESETS', 'published_config', 'hf_config', 'write_random_checkpoint', 'hf_model', 'hf_greedy']
+__all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'published_config', 'hf_config', 'perturb_constant_tensors',
+           'write_random_checkpoint', 'hf_model', 'hf_greedy']
 
 # %% ../nbs/02_testing.ipynb #c004
 ASSETS = Path(metainfer.__file__).parent / "assets"
@@ -32,19 +33,47 @@ PRESETS: dict[str, dict] = {
                                                               head_dim=None, tie_word_embeddings=False),
 }
 
-# %% ../nbs/02_testing.ipynb #c007
+# %% ../nbs/02_testing.ipynb #c008
+DEEPSEEK_TINY = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+                     num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16,
+                     qk_nope_head_dim=24, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
+                     first_k_dense_replace=1, vocab_size=1024, bos_token_id=0, eos_token_id=1, max_position_embeddings=2048,
+                     rope_scaling=dict(type="yarn", factor=32, original_max_position_embeddings=64, beta_fast=32,
+                                       beta_slow=1, mscale=0.707, mscale_all_dim=0.707))
+PRESETS |= {
+    "deepseek-v2-tiny": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY,
+    "deepseek-v2-tiny-qlora": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY | dict(
+        q_lora_rank=48, topk_method="group_limited_greedy", n_group=4, topk_group=2, routed_scaling_factor=1.5),
+    "deepseek-v3-tiny": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY | dict(
+        architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", q_lora_rank=48, num_experts_per_tok=3,
+        n_shared_experts=1, topk_method="noaux_tc", scoring_func="sigmoid", n_group=4, topk_group=2,
+        norm_topk_prob=True, routed_scaling_factor=2.5,
+        rope_scaling=DEEPSEEK_TINY["rope_scaling"] | dict(mscale=1.0, mscale_all_dim=0.8)),
+}
+
+# %% ../nbs/02_testing.ipynb #c009
+KEEP_NULL = {"q_lora_rank"}  # DeepSeek: null means "no q LoRA", not "the config class's default"
+
 def hf_config(preset_or_dict: str | dict, **overrides):
     "A transformers config object from a preset name, a published config name, or a dict."
     from transformers import AutoConfig
     d = preset_or_dict if isinstance(preset_or_dict, dict) else (
         PRESETS[preset_or_dict] if preset_or_dict in PRESETS else published_config(preset_or_dict))
-    d = {k: v for k, v in (d | overrides).items() if v is not None and k not in ("transformers_version",)}
+    d = {k: v for k, v in (d | overrides).items() if (v is not None or k in KEEP_NULL) and k not in ("transformers_version",)}
     return AutoConfig.for_model(d.pop("model_type"), **d)
 
-# %% ../nbs/02_testing.ipynb #c008
+# %% ../nbs/02_testing.ipynb #c010
+@torch.no_grad()
+def perturb_constant_tensors(model: torch.nn.Module, scale: float = 0.1) -> list[str]:
+    "Add noise to every tensor HF initializes to one constant (norm weights, zero biases); returns their names."
+    named = list(model.named_parameters()) + list(model.named_buffers())
+    const = [(n, t) for n, t in named if t.is_floating_point() and t.numel() > 1 and bool((t == t.flatten()[0]).all())]
+    for _, t in const: t.add_(scale * torch.randn_like(t))
+    return [n for n, _ in const]
+
 def write_random_checkpoint(out_dir: str | Path, preset: str | dict = "qwen3-tiny", seed: int = 0,
                             dtype: torch.dtype = torch.float32, max_shard_size: str = "5MB",
-                            device: str = "cpu", **overrides) -> Path:
+                            device: str = "cpu", perturb_constants: bool = False, **overrides) -> Path:
     "Build a random-weight HF model for `preset` and write it with `save_pretrained`, plus the Qwen3 tokenizer."
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
@@ -54,12 +83,13 @@ def write_random_checkpoint(out_dir: str | Path, preset: str | dict = "qwen3-tin
     torch.manual_seed(seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if perturb_constants: perturb_constant_tensors(model)
     model.save_pretrained(out, max_shard_size=max_shard_size)
     if config.vocab_size >= 151669:  # the Qwen3 tokenizer fits this vocabulary
         for f in ("tokenizer.json", "tokenizer_config.json"): shutil.copy(ASSETS / "tokenizers" / "qwen3" / f, out / f)
     return out
 
-# %% ../nbs/02_testing.ipynb #c012
+# %% ../nbs/02_testing.ipynb #c014
 def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     "Load `model_dir` with HF transformers (eager reference)."
     from transformers import AutoModelForCausalLM
