@@ -31,8 +31,7 @@ def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_
                   is_prefill: bool, device: torch.device | str = "cpu") -> tuple[Tensor, AttentionMetadata]:
     "Token positions `[T]` and the attention metadata of a step, from each sequence's blocks and lengths."
     B, max_blocks = len(block_tables), max(len(t) for t in block_tables)
-    tables = torch.zeros(B, max_blocks, dtype=torch.int32)
-    for i, t in enumerate(block_tables): tables[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
+    tables = torch.tensor([t + [0] * (max_blocks - len(t)) for t in block_tables], dtype=torch.int32)
     ctx, qlen = torch.tensor(context_lens, dtype=torch.int32), torch.tensor(query_lens, dtype=torch.int32)
     cu_q = F.pad(qlen.cumsum(0), (1, 0)).int()
     seq = torch.repeat_interleave(torch.arange(B), qlen)                            # [T] sequence of each token

@@ -46,11 +46,11 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer):
         self.tokenizer, self.prefix, self.read, self.text = tokenizer, 0, 0, ""
 
-    def add(self, ids: list[int]) -> str:
-        "Feed the full completion ids so far; returns the newly final text."
+    def add(self, ids: list[int], final: bool = False) -> str:
+        "Feed the full completion ids so far; returns the newly final text (`final`: flush a partial character too)."
         dec = lambda a, b: self.tokenizer.decode(ids[a:b], skip_special_tokens=True)
         before, now = dec(self.prefix, self.read), dec(self.prefix, len(ids))
-        if len(now) <= len(before) or now.endswith("\ufffd"): return ""
+        if len(now) <= len(before) or (now.endswith("\ufffd") and not final): return ""
         self.prefix, self.read = self.read, len(ids)
         new = now[len(before):]
         self.text += new
@@ -63,6 +63,7 @@ class Request:
     prompt: str | None
     seq: Sequence
     detok: IncrementalDetokenizer | None
+    stream: bool = True             # text after every step; otherwise only at the end (unless stop strings need it)
     stop_reason: str | None = None
 
 # %% ../nbs/14_engine.ipynb #c010
@@ -121,8 +122,9 @@ class LLMEngine:
         return 1 - self.block_manager.num_free_blocks / self.runner.num_kv_blocks
 
 # %% ../nbs/14_engine.ipynb #c011
-def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], params: SamplingParams | None = None) -> None:
-    "Queue a request; a `ValueError` says why if it can't be served."
+def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], params: SamplingParams | None = None,
+                stream: bool = True) -> None:
+    "Queue a request; a `ValueError` says why if it can't be served. `stream=False`: text only when finished."
     params = params or SamplingParams()
     if request_id in self.requests: raise ValueError(f"request id {request_id!r} is already in use")
     if isinstance(prompt, str):
@@ -137,7 +139,7 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
                          f"which must leave room for at least one new token")
     seq = Sequence(ids, params, self.config.block_size)
     detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
-    self.requests[request_id] = Request(request_id, text, seq, detok)
+    self.requests[request_id] = Request(request_id, text, seq, detok, stream)
     self.scheduler.add(seq)
 
 def abort_request(self: LLMEngine, request_id: str) -> None:
@@ -176,8 +178,8 @@ def _run(self: LLMEngine, batch) -> list[int]:
 
 def _output(self: LLMEngine, req: Request) -> RequestOutput:
     seq, text = req.seq, ""
-    if req.detok is not None:
-        req.detok.add(seq.completion_token_ids)
+    if req.detok is not None and (req.stream or seq.params.stop or seq.is_finished):
+        req.detok.add(seq.completion_token_ids, final=seq.is_finished)
         text = req.detok.text
         hit = min(((text.find(s), s) for s in seq.params.stop if s in text), default=None)
         if hit is not None:
@@ -208,13 +210,13 @@ class LLM:
     def __del__(self):
         if "engine" in self.__dict__: self.engine.shutdown()
 
-    def _submit(self, prompts, sampling_params) -> list[str]:
+    def _submit(self, prompts, sampling_params, stream: bool) -> list[str]:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)): prompts = [prompts]
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts): raise ValueError("need one SamplingParams per prompt, or one for all")
         ids = [str(next(self._ids)) for _ in prompts]
         try:
-            for rid, p, sp in zip(ids, prompts, params): self.engine.add_request(rid, p, sp)
+            for rid, p, sp in zip(ids, prompts, params): self.engine.add_request(rid, p, sp, stream)
         except ValueError as e:
             for rid in ids: self.engine.abort_request(rid)
             raise ValueError(f"prompt {ids.index(rid)}: {e}") from None
@@ -222,13 +224,13 @@ class LLM:
 
     def stream(self, prompts, sampling_params=None) -> Iterator[RequestOutput]:
         "Submit `prompts` and yield every request's output each time it advances."
-        self._submit(prompts, sampling_params)
+        self._submit(prompts, sampling_params, stream=True)
         while self.engine.has_unfinished_requests(): yield from self.engine.step()
 
     def generate(self, prompts: str | list[str] | list[int] | list[list[int]], sampling_params=None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         "Complete every prompt; outputs in prompt order."
-        ids = self._submit(prompts, sampling_params)
+        ids = self._submit(prompts, sampling_params, stream=False)
         done: dict[str, RequestOutput] = {}
         with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
             while self.engine.has_unfinished_requests():

@@ -177,7 +177,9 @@ def logits(self: ModelRunner, step: StepInput) -> Tensor:
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     "Rank 0: run one step on every rank and return each sequence's new token id."
     step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
-    return sample(self.logits(step), *self.sampling_tensors(batch)).tolist()
+    logits = self.logits(step)
+    if all(s.params.greedy for s in batch.seqs): return logits.argmax(-1).tolist()
+    return sample(logits, *self.sampling_tensors(batch)).tolist()
 
 ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.logits, ModelRunner.run = sampling_tensors, execute, logits, run
 

@@ -1,0 +1,3 @@
+from metainfer.cli import main
+
+main()

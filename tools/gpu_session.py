@@ -1,0 +1,90 @@
+"""One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
+
+Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
+Stages: env, nbtest, tiny, qwen8b, qwen8b-peers, tp2, allreduce, deepseek. Each stage's JSON/PNG files land under
+$OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
+"""
+import json, os, shutil, subprocess, sys, tarfile, time
+from pathlib import Path
+
+OUT = Path(os.environ.get("OUT", "/tmp/out")); RES = OUT / "results"; RES.mkdir(parents=True, exist_ok=True)
+CKPT = Path("/tmp/ckpt")
+PY = sys.executable
+summary = []
+
+
+def sh(cmd: str, timeout: int = 580) -> int:
+    print(f"\n$ {cmd}", flush=True)
+    t = time.time()
+    r = subprocess.run(cmd, shell=True, timeout=timeout)
+    summary.append(f"{'ok ' if r.returncode == 0 else 'FAIL'} {time.time() - t:6.1f}s  {cmd[:150]}")
+    return r.returncode
+
+
+def bench(args: str) -> int:
+    return sh(f"{PY} -m metainfer bench {args} --out {RES}")
+
+
+def checkpoint(name: str) -> Path:
+    path = CKPT / name
+    if not (path / "config.json").exists():
+        sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{name}', dtype=torch.bfloat16, device='cuda', max_shard_size='5GB')" """)
+    return path
+
+
+def stage_env():
+    sh("nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv")
+    sh(f"{PY} -c \"import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.device_count())\"")
+
+
+def stage_nbtest():
+    nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 13_runner 09_qwen 14_engine")
+    for nb in nbs.split():
+        sh(f"{PY} -c \"import sys; from nbdev.test import nbdev_test; sys.argv=['nbdev_test','--flags','cuda','--path','nbs/{nb}.ipynb','--do_print']; nbdev_test()\"")
+
+
+def stage_tiny():
+    sh(f"{PY} -m pytest -q -x tests/gpu -p no:cacheprovider" if Path("tests/gpu").exists() else "true")
+
+
+def stage_qwen8b():
+    m = checkpoint("Qwen3-8B")
+    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b1")
+    bench(f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b16")
+    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile")
+    bench(f"latency {m} --batch-size 1 --enforce-eager --name latency-qwen3-8b-b1-eager --profile")
+    bench(f"throughput {m} --name throughput-qwen3-8b")
+
+
+def stage_qwen8b_peers():
+    m = checkpoint("Qwen3-8B")
+    bench(f"latency {m} --batch-size 1 --peer hf --name latency-qwen3-8b-b1-vs-hf")
+
+
+def stage_tp2():
+    m = checkpoint("Qwen3-8B")
+    ref = RES / "agreement-qwen3-8b-b1-tp1.json"
+    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}")
+    bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-qwen3-8b-tp2-vs-tp1")
+    bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile")
+
+
+def stage_allreduce():
+    bench("allreduce -tp 2 --name allreduce-2xh200")
+
+
+def stage_deepseek():
+    m = checkpoint("DeepSeek-V2-Lite")
+    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1")
+    bench(f"latency {m} --batch-size 1 --name latency-dsv2lite-b1 --profile --peer hf")
+    bench(f"throughput {m} --name throughput-dsv2lite")
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    try:
+        for stage in sys.argv[1:]: globals()[f"stage_{stage.replace('-', '_')}"]()
+    finally:
+        with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(RES, arcname="results")
+        shutil.rmtree(RES)
+        print("\n==== summary ====", *summary, f"total {time.time() - t0:.0f}s", sep="\n")
