@@ -122,11 +122,22 @@ async def run_level(session, url: str, headers: dict, bodies: list[dict], concur
     return summarize(results, time.perf_counter() - t0)
 
 # %% ../nbs/17a_bench_serve.ipynb #c016
-async def benchmark(base_url: str, concurrency: list[int] | None = None, request_rate: list[float] | None = None,
-                    max_concurrency: int | None = None, num_prompts: int | None = None, input_len: int = 256,
-                    output_len: int = 128, endpoint: str = "completions", model: str | None = None,
-                    api_key: str | None = None, seed: int = 0, num_warmups: int = 2, temperature: float = 0.0,
-                    ignore_eos: bool = True, timeout_s: float = 3600) -> dict:
+async def benchmark(base_url: str,                          # e.g. http://127.0.0.1:8000
+                    concurrency: list[int] | None = None,   # concurrency sweep (the default sweep: [1])
+                    request_rate: list[float] | None = None,# or a request-rate sweep, requests/s (`inf` allowed)
+                    max_concurrency: int | None = None,     # cap on in-flight requests in a rate sweep
+                    num_prompts: int | None = None,         # requests per level (default: see above)
+                    input_len: int = 256,                   # mean prompt length, tokens
+                    output_len: int = 128,                  # mean completion length, tokens
+                    endpoint: str = "completions",          # or "chat"
+                    model: str | None = None,               # default: the server's first model
+                    api_key: str | None = None,
+                    seed: int = 0,                          # lengths, prompts and arrival times
+                    num_warmups: int = 2,                   # short requests before the first level
+                    temperature: float = 0.0,
+                    ignore_eos: bool = True,                # exact output lengths (vLLM's extension)
+                    timeout_s: float = 3600,                # per request
+                   ) -> dict:
     "Run the sweep against a server at `base_url`; the results as a dict (see `save_results`)."
     import aiohttp
     chat, base_url = endpoint == "chat", base_url.rstrip("/")
@@ -151,7 +162,7 @@ async def benchmark(base_url: str, concurrency: list[int] | None = None, request
             "sweep": "request_rate" if request_rate else "concurrency", "input_len_mean": input_len,
             "output_len_mean": output_len, "seed": seed, "temperature": temperature, "ignore_eos": ignore_eos, "runs": runs}
 
-# %% ../nbs/17a_bench_serve.ipynb #c018
+# %% ../nbs/17a_bench_serve.ipynb #c019
 def plot_results(result: dict, path: str | Path) -> Path:
     "TTFT/TPOT/ITL percentiles and output throughput against concurrency (or request rate)."
     import matplotlib
@@ -182,7 +193,7 @@ def save_results(result: dict, out_dir: str | Path, name: str, command: str) -> 
     (out / f"{name}.json").write_text(json.dumps(meta | result, indent=2) + "\n")
     return out / f"{name}.json", plot_results(result, out / f"{name}.png")
 
-# %% ../nbs/17a_bench_serve.ipynb #c020
+# %% ../nbs/17a_bench_serve.ipynb #c021
 def parse_list(s: str | None, kind=float) -> list | None:
     "`\"1,4,16\"` -> `[1, 4, 16]`; `inf` is allowed for rates."
     return None if s is None else [kind(x) for x in s.split(",") if x.strip()]

@@ -30,7 +30,8 @@ def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor,
     greedy = temperature == 0
     if bool(greedy.all()): return logits.argmax(-1)
     scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
-    probs = top_k_top_p_mask(scaled, top_k, top_p).softmax(-1)
+    if bool(((top_k > 0) | (top_p < 1)).any()): scaled = top_k_top_p_mask(scaled, top_k, top_p)  # the sort is costly
+    probs = scaled.softmax(-1)
     noise = torch.empty_like(probs).exponential_()
     for i, g in enumerate(generators):
         if g is not None: noise[i].exponential_(generator=g)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/17_server.ipynb #c001
 from __future__ import annotations
-import asyncio, json, logging, os, queue, secrets, socket, threading, time, traceback, uuid
+import asyncio, json, logging, os, queue, secrets, socket, threading, time, uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal
@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from .engine import LLMEngine, RequestOutput
 from .sequence import SamplingParams
 
@@ -45,6 +46,7 @@ class OpenAIError(Exception):
 INT64 = 2**63 - 1
 
 class OpenAIModel(BaseModel):
+    "Strict parsing, no NaN or infinity, unknown fields ignored."
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
 
 class StreamOptions(OpenAIModel):
@@ -114,7 +116,7 @@ def unsupported(req: SamplingRequest) -> str | None:
     "The first field asking for a feature this server doesn't implement, if any."
     checks = {"n": req.n not in (None, 1), "presence_penalty": bool(req.presence_penalty),
               "frequency_penalty": bool(req.frequency_penalty), "logit_bias": bool(req.logit_bias),
-              "logprobs": req.logprobs not in (None, False)}
+              "logprobs": req.logprobs is not None and req.logprobs is not False}
     if isinstance(req, CompletionRequest):
         checks |= {"echo": bool(req.echo), "suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
     if isinstance(req, ChatCompletionRequest):
@@ -183,6 +185,7 @@ class EngineStats:
     generation_tokens_total: int = 0
     finished_total: dict = field(default_factory=dict)  # finish reason -> count ("abort" counts disconnects)
     num_steps: int = 0
+    num_preemptions: int = 0
 
     @property
     def kv_cache_usage(self) -> float: return 1 - self.num_free_kv_blocks / max(self.num_kv_blocks, 1)
@@ -255,7 +258,11 @@ class AsyncLLMEngine:
         self.thread.join()
 
 # %% ../nbs/17_server.ipynb #c024
-async def add_request(self: AsyncLLMEngine, request_id: str, prompt: list[int], params: SamplingParams) -> RequestStream:
+async def add_request(self: AsyncLLMEngine,
+                      request_id: str,        # unique among the requests in flight
+                      prompt: list[int],      # prompt token ids
+                      params: SamplingParams,
+                     ) -> RequestStream:
     "Queue a request; returns its stream once the engine has accepted it (a `ValueError` says why it didn't)."
     stream = RequestStream(request_id, self)
     self.commands.put(Add(request_id, prompt, params, stream))
@@ -267,7 +274,7 @@ async def add_request(self: AsyncLLMEngine, request_id: str, prompt: list[int], 
 
 AsyncLLMEngine.add_request = add_request
 
-# %% ../nbs/17_server.ipynb #c025
+# %% ../nbs/17_server.ipynb #c026
 def _run(self: AsyncLLMEngine) -> None:
     try:
         while True:
@@ -293,7 +300,7 @@ def _drain(q: queue.SimpleQueue) -> list:
 
 AsyncLLMEngine._run = _run
 
-# %% ../nbs/17_server.ipynb #c026
+# %% ../nbs/17_server.ipynb #c027
 def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
     if isinstance(cmd, Abort):
         if self.streams.pop(cmd.request_id, None) is not None: self.counters["abort"] += 1
@@ -328,12 +335,13 @@ def _step(self: AsyncLLMEngine) -> None:
 
 AsyncLLMEngine._apply, AsyncLLMEngine._step = _apply, _step
 
-# %% ../nbs/17_server.ipynb #c027
+# %% ../nbs/17_server.ipynb #c028
 def _publish(self: AsyncLLMEngine) -> None:
     e, c = self.engine, self.counters
     self.stats = EngineStats(len(e.scheduler.running), len(e.scheduler.waiting), len(e.requests),
                              e.block_manager.num_free_blocks, e.runner.num_kv_blocks, c["prompt_tokens"],
-                             c["generation_tokens"], {k: c[k] for k in ("stop", "length", "abort", "error")}, c["steps"])
+                             c["generation_tokens"], {k: c[k] for k in ("stop", "length", "abort", "error")}, c["steps"],
+                             e.scheduler.num_preemptions)
 
 def _deliver(items: list[tuple[RequestStream, Any]]) -> None:
     "Hand items to their streams: one `call_soon_threadsafe` per event loop."
@@ -348,7 +356,7 @@ def _put_all(batch):
 
 AsyncLLMEngine._publish = _publish
 
-# %% ../nbs/17_server.ipynb #c033
+# %% ../nbs/17_server.ipynb #c034
 async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIterator[tuple[str, list[int], RequestOutput]]:
     "Each step's new text and token ids, never emitting text that a stop string could still remove."
     hold = max(map(len, params.stop), default=1) - 1
@@ -359,7 +367,7 @@ async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIte
         yield c.text[sent_text:end], c.token_ids[sent_ids:], out
         sent_text, sent_ids = end, len(c.token_ids)
 
-# %% ../nbs/17_server.ipynb #c036
+# %% ../nbs/17_server.ipynb #c037
 def usage(out: RequestOutput) -> dict:
     p, c = len(out.prompt_token_ids), len(out.outputs[0].token_ids)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
@@ -375,7 +383,7 @@ def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: l
 
 def sse(obj: dict | str) -> str: return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
-# %% ../nbs/17_server.ipynb #c039
+# %% ../nbs/17_server.ipynb #c040
 async def stream_events(stream: RequestStream, params: SamplingParams, req: SamplingRequest, head: dict) -> AsyncIterator[str]:
     "The SSE events of a streaming response, ending with `data: [DONE]`."
     chat, ids = head["object"] == "chat.completion.chunk", bool(req.return_token_ids)
@@ -396,7 +404,7 @@ async def stream_events(stream: RequestStream, params: SamplingParams, req: Samp
     finally: stream.abort()
     yield sse("[DONE]")
 
-# %% ../nbs/17_server.ipynb #c040
+# %% ../nbs/17_server.ipynb #c041
 async def wait_disconnect(request: Request) -> None:
     "Return when the client has closed the connection (the body must have been read)."
     while (await request.receive())["type"] != "http.disconnect": pass
@@ -411,10 +419,10 @@ async def final_output(stream: RequestStream, request: Request) -> RequestOutput
     finally:
         gone.cancel()
         if not done.done(): done.cancel(); stream.abort()
-    if done.cancelled(): raise OpenAIError("the client disconnected", 499, "client_disconnected")
+    if done.cancelled() or not done.done(): raise OpenAIError("the client disconnected", 499, "client_disconnected")
     return done.result()
 
-# %% ../nbs/17_server.ipynb #c042
+# %% ../nbs/17_server.ipynb #c043
 @dataclass
 class ServerState:
     engine: AsyncLLMEngine
@@ -434,15 +442,17 @@ def check_api_key(request: Request) -> None:
         raise OpenAIError("invalid or missing API key: send 'Authorization: Bearer <key>'", 401, "invalid_api_key",
                           type="authentication_error")
 
-# %% ../nbs/17_server.ipynb #c043
+# %% ../nbs/17_server.ipynb #c044
 async def read_body(request: Request, limit: int) -> bytes:
-    "The request body, or a 413 once it passes `limit` bytes."
+    "The request body, or a 413 once it passes `limit` bytes (a 499 if the client leaves while sending it)."
     too_big = OpenAIError(f"the request body is larger than {limit} bytes", 413, "request_too_large")
     if (n := request.headers.get("content-length", "0")).isdigit() and int(n) > limit: raise too_big
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit: raise too_big
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit: raise too_big
+    except ClientDisconnect: raise OpenAIError("the client disconnected", 499, "client_disconnected") from None
     return bytes(body)
 
 def check_model(st: ServerState, model: str | None) -> str:
@@ -450,13 +460,15 @@ def check_model(st: ServerState, model: str | None) -> str:
     if model is None or model in st.model_names: return model or st.model_names[0]
     raise OpenAIError(f"The model {model!r} does not exist; this server serves {st.model_names}", 404, "model_not_found", "model")
 
-# %% ../nbs/17_server.ipynb #c045
+# %% ../nbs/17_server.ipynb #c046
 async def submit(request: Request, cls: type[SamplingRequest], prompt_ids, prefix: str):
     "Validate, tokenize and add a request; returns `(request, model name, params, stream, request id)`."
     st = server_state(request)
     req = parse_request(cls, await read_body(request, st.max_body_bytes))
     model = check_model(st, req.model)
-    ids = await run_in_threadpool(prompt_ids, req, st.tokenizer)
+    try: ids = await run_in_threadpool(prompt_ids, req, st.tokenizer)
+    except OpenAIError: raise
+    except Exception as e: raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
     params = sampling_params(req, len(ids), st.engine.max_model_len)
     rid = f"{prefix}-{uuid.uuid4().hex}"
     try: stream = await st.engine.add_request(rid, ids, params)
@@ -469,7 +481,7 @@ def event_stream(events: AsyncIterator[str], stream: RequestStream) -> Streaming
     return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
                              background=BackgroundTask(stream.abort))
 
-# %% ../nbs/17_server.ipynb #c046
+# %% ../nbs/17_server.ipynb #c047
 async def completions(request: Request):
     req, model, params, stream, rid = await submit(request, CompletionRequest, completion_prompt, "cmpl")
     if req.stream: return event_stream(stream_events(stream, params, req, response_head(rid, model, "text_completion")), stream)
@@ -489,7 +501,7 @@ async def chat_completions(request: Request):
         "choices": [chat_choice("message", message, c.finish_reason, c.token_ids if ids else None)], "usage": usage(out)}
         | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
 
-# %% ../nbs/17_server.ipynb #c048
+# %% ../nbs/17_server.ipynb #c049
 def prometheus_text(s: EngineStats, model: str) -> str:
     "The engine's stats in Prometheus' text exposition format."
     label = f'model_name="{model}"'
@@ -503,6 +515,7 @@ def prometheus_text(s: EngineStats, model: str) -> str:
             ("generation_tokens_total", "counter", "Generated tokens.", {"": s.generation_tokens_total}),
             ("request_success_total", "counter", "Finished requests by finish reason.",
              {f',finished_reason="{k}"': v for k, v in s.finished_total.items()}),
+            ("num_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", {"": s.num_preemptions}),
             ("engine_steps_total", "counter", "Engine steps.", {"": s.num_steps})]
     lines = []
     for name, kind, doc, values in rows:
@@ -515,7 +528,7 @@ def parse_metrics(text: str) -> dict[str, float]:
     rows = (l.rsplit(" ", 1) for l in text.splitlines() if l and not l.startswith("#"))
     return {k.replace("metainfer:", "").split("{")[0] + ("{" + k.split(",", 1)[1] if "," in k else ""): float(v) for k, v in rows}
 
-# %% ../nbs/17_server.ipynb #c050
+# %% ../nbs/17_server.ipynb #c051
 async def health(request: Request):
     if not server_state(request).engine.is_alive: raise OpenAIError("the engine has stopped", 503, "engine_unavailable", type="server_error")
     return {"status": "ok"}
@@ -530,7 +543,7 @@ async def metrics(request: Request):
     st = server_state(request)
     return PlainTextResponse(prometheus_text(st.engine.stats, st.model_names[0]), media_type="text/plain; version=0.0.4")
 
-# %% ../nbs/17_server.ipynb #c052
+# %% ../nbs/17_server.ipynb #c053
 def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
     msg = f"{request.method} {request.url.path}: {e.detail}"
@@ -540,9 +553,12 @@ def internal_error(request: Request, e: Exception) -> JSONResponse:
     logging.getLogger("metainfer").error("unhandled error on %s %s", request.method, request.url.path, exc_info=e)
     return OpenAIError(f"internal server error: {type(e).__name__}", 500, "internal_error", type="server_error").response()
 
-# %% ../nbs/17_server.ipynb #c053
-def build_app(engine: AsyncLLMEngine, served_model_names: list[str] | None = None, api_key: str | None = None,
-              max_body_bytes: int = 16 * 2**20) -> FastAPI:
+# %% ../nbs/17_server.ipynb #c054
+def build_app(engine: AsyncLLMEngine,                   # the engine thread to serve
+              served_model_names: list[str] | None = None, # names clients may ask for (default: the model path)
+              api_key: str | None = None,                  # if set, /v1 routes need `Authorization: Bearer <key>`
+              max_body_bytes: int = 16 * 2**20,            # larger request bodies get a 413
+             ) -> FastAPI:
     "The FastAPI app serving `engine` under OpenAI's routes."
     import copy
     app = FastAPI(title="metainfer", version="1", docs_url=None, redoc_url=None)
@@ -561,14 +577,17 @@ def build_app(engine: AsyncLLMEngine, served_model_names: list[str] | None = Non
     app.add_exception_handler(Exception, internal_error)
     return app
 
-# %% ../nbs/17_server.ipynb #c055
+# %% ../nbs/17_server.ipynb #c057
 def bind_socket(host: str, port: int) -> socket.socket:
     "A listening TCP socket on `host:port` (`port=0`: a free port chosen by the OS)."
     return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048)
 
 class ServerThread:
     "Run an ASGI app with uvicorn in a background thread: `with ServerThread(app) as s: ... s.url ...`."
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+    def __init__(self, app,                      # an ASGI app, e.g. from `build_app`
+                 host: str = "127.0.0.1",        # loopback by default
+                 port: int = 0,                  # 0: a free port chosen by the OS (`self.port`, `self.url`)
+                 log_level: str = "warning"):
         import uvicorn
         self.sock = bind_socket(host, port)
         self.port = self.sock.getsockname()[1]
@@ -589,7 +608,7 @@ class ServerThread:
         self.thread.join()
         self.sock.close()
 
-# %% ../nbs/17_server.ipynb #c059
+# %% ../nbs/17_server.ipynb #c061
 def serve_main(args) -> None:
     "Run the OpenAI-compatible server in the foreground (the `metainfer serve` subcommand)."
     import uvicorn
@@ -609,4 +628,6 @@ def serve_main(args) -> None:
           f" (max_model_len {engine.max_model_len}, {engine.engine.runner.num_kv_blocks} KV blocks"
           f"{', API key required' if api_key else ''})", flush=True)
     try: uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)).run(sockets=[sock])
+    except KeyboardInterrupt: pass   # uvicorn shut down gracefully, then re-raised the Ctrl-C
     finally: engine.shutdown()
+    print("metainfer: server stopped", flush=True)

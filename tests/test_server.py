@@ -1,0 +1,205 @@
+"""Acceptance (issue 6, part 1): the official `openai` client against `metainfer serve` on loopback.
+
+Greedy results of both endpoints, streaming and not, equal `LLM.generate` for the same request; a key is enforced;
+the `serve` and `bench serve` commands work end to end."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import httpx, openai, pytest
+from metainfer import LLM, SamplingParams
+from metainfer.cli import main
+from metainfer.server import AsyncLLMEngine, ServerThread, build_app, parse_metrics
+
+KEY = "sk-metainfer-test"
+MAX_MODEL_LEN = 512
+PROMPTS = ["The path of a token", "Hello, my name is", "日本語のテキスト and emoji 🤖", "def f(x):\n    return"]
+CHAT = [[{"role": "user", "content": "Hello!"}],
+        [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours."},
+         {"role": "assistant", "content": "Red, green, blue."}, {"role": "user", "content": "Three more?"}]]
+NO_THINKING = {"enable_thinking": False}
+
+
+@pytest.fixture(scope="module")
+def ckpt(checkpoints): return checkpoints("qwen3-tiny")
+
+
+@pytest.fixture(scope="module")
+def llm(ckpt): return LLM(ckpt, dtype="float32", device="cpu", num_kv_blocks=512, max_model_len=MAX_MODEL_LEN)
+
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    engine = AsyncLLMEngine.from_engine_args(str(ckpt), dtype="float32", device="cpu", num_kv_blocks=512,
+                                             max_model_len=MAX_MODEL_LEN)
+    with ServerThread(build_app(engine, ["tiny"], api_key=KEY)) as srv:
+        yield srv
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(server): return openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY, max_retries=0)
+
+
+def greedy(n, **kw): return SamplingParams(temperature=0, max_tokens=n, **kw)
+
+
+def chat_text(llm, messages):
+    return llm.get_tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **NO_THINKING)
+
+
+def test_models_and_health(server, client):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_completions_equal_llm_generate(llm, client):
+    refs = llm.generate(PROMPTS, greedy(12, ignore_eos=True), use_tqdm=False)
+    for prompt, ref in zip(PROMPTS, refs):
+        r = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0,
+                                      extra_body={"ignore_eos": True, "return_token_ids": True})
+        c = r.choices[0]
+        assert (c.text, c.token_ids, c.finish_reason) == (ref.outputs[0].text, ref.outputs[0].token_ids, "length")
+        assert r.prompt_token_ids == ref.prompt_token_ids
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ref.prompt_token_ids), 12)
+
+
+def test_completions_stream_equal_llm_generate(llm, client):
+    refs = llm.generate(PROMPTS, greedy(12, ignore_eos=True), use_tqdm=False)
+    for prompt, ref in zip(PROMPTS, refs):
+        chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0, stream=True,
+                                                stream_options={"include_usage": True},
+                                                extra_body={"ignore_eos": True, "return_token_ids": True}))
+        body = [c for c in chunks if c.choices]
+        assert "".join(c.choices[0].text for c in body) == ref.outputs[0].text
+        assert [t for c in body for t in c.choices[0].token_ids] == ref.outputs[0].token_ids
+        assert body[-1].choices[0].finish_reason == "length"
+        assert chunks[-1].usage.completion_tokens == 12 and chunks[-1].usage.prompt_tokens == len(ref.prompt_token_ids)
+
+
+def test_token_id_prompt(llm, client):
+    ids = llm.get_tokenizer()(PROMPTS[0]).input_ids
+    ref = llm.generate([ids], greedy(6, ignore_eos=True), use_tqdm=False)[0]
+    r = client.completions.create(model="tiny", prompt=ids, max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+    assert r.choices[0].text == ref.outputs[0].text
+
+
+def test_chat_equal_llm_generate(llm, client):
+    for messages in CHAT:
+        ref = llm.generate(chat_text(llm, messages), greedy(10, ignore_eos=True), use_tqdm=False)[0]
+        r = client.chat.completions.create(model="tiny", messages=messages, max_completion_tokens=10, temperature=0,
+                                           extra_body={"ignore_eos": True, "return_token_ids": True,
+                                                       "chat_template_kwargs": NO_THINKING})
+        c = r.choices[0]
+        assert (c.message.role, c.message.content, c.token_ids) == ("assistant", ref.outputs[0].text, ref.outputs[0].token_ids)
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ref.prompt_token_ids), 10)
+
+
+def test_chat_stream_equal_llm_generate(llm, client):
+    for messages in CHAT:
+        ref = llm.generate(chat_text(llm, messages), greedy(10, ignore_eos=True), use_tqdm=False)[0]
+        chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_tokens=10, temperature=0,
+                                                     stream=True, stream_options={"include_usage": True},
+                                                     extra_body={"ignore_eos": True, "chat_template_kwargs": NO_THINKING}))
+        body = [c for c in chunks if c.choices]
+        assert body[0].choices[0].delta.role == "assistant"
+        assert "".join(c.choices[0].delta.content or "" for c in body) == ref.outputs[0].text
+        assert body[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 10
+
+
+def test_thinking_toggle_reaches_the_template(llm, client):
+    "Qwen3's `enable_thinking` changes the prompt: the prompt token counts differ by the empty think block."
+    kw = dict(model="tiny", messages=CHAT[0], max_tokens=1, temperature=0)
+    on = client.chat.completions.create(**kw).usage.prompt_tokens
+    off = client.chat.completions.create(**kw, extra_body={"chat_template_kwargs": NO_THINKING}).usage.prompt_tokens
+    assert off == len(llm.get_tokenizer()(chat_text(llm, CHAT[0])).input_ids) and off > on
+
+
+def test_stop_strings_stream_and_not(llm, client):
+    text = llm.generate(PROMPTS[0], greedy(24, ignore_eos=True), use_tqdm=False)[0].outputs[0].text
+    stop = text[6:9]
+    ref = llm.generate(PROMPTS[0], greedy(24, ignore_eos=True, stop=[stop, "@@@@@"]), use_tqdm=False)[0].outputs[0]
+    kw = dict(model="tiny", prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=[stop, "@@@@@"], extra_body={"ignore_eos": True})
+    r = client.completions.create(**kw)
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (ref.text, "stop") and stop not in r.choices[0].text
+    streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True))
+    assert streamed == ref.text
+
+
+def test_seeded_sampling_is_reproducible(client):
+    kw = dict(model="tiny", prompt=PROMPTS[1], max_tokens=16, temperature=1.0, top_p=0.9, seed=1234,
+              extra_body={"top_k": 50, "ignore_eos": True})
+    a, b = client.completions.create(**kw), client.completions.create(**kw)
+    assert a.choices[0].text == b.choices[0].text
+
+
+def test_defaults_and_unknown_fields(server, client):
+    r = client.completions.create(model="tiny", prompt=PROMPTS[0], temperature=0,
+                                  extra_body={"ignore_eos": True, "some_future_field": {"x": 1}})
+    assert r.usage.completion_tokens == 16                  # OpenAI's default for completions; unknown fields ignored
+    r = httpx.post(f"{server.url}/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
+                   json={"prompt": "hi", "max_tokens": 2, "temperature": None, "stop": None})   # no model, nulls
+    assert r.status_code == 200 and r.json()["model"] == "tiny"
+
+
+def test_api_key_required(server):
+    for key in ("", "wrong"):
+        c = openai.OpenAI(base_url=f"{server.url}/v1", api_key=key or "x", max_retries=0,
+                          default_headers={} if key else {"Authorization": ""})
+        with pytest.raises(openai.AuthenticationError) as e:
+            c.completions.create(model="tiny", prompt="hi", max_tokens=1)
+        assert e.value.status_code == 401 and e.value.body["code"] == "invalid_api_key"
+    r = httpx.get(f"{server.url}/v1/models")
+    assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+    assert httpx.get(f"{server.url}/metrics").status_code == 200   # open, like /health
+
+
+def test_errors_through_the_sdk(client):
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="other", prompt="hi", max_tokens=1)
+    with pytest.raises(openai.BadRequestError, match="n=2 is not supported"):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=1, n=2)
+    with pytest.raises(openai.BadRequestError, match="maximum context length is 512"):
+        client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=600)
+
+
+def test_metrics_after_requests(server, client):
+    client.completions.create(model="tiny", prompt="hi", max_tokens=3, extra_body={"ignore_eos": True})
+    m = parse_metrics(httpx.get(f"{server.url}/metrics").text)
+    assert m["num_free_kv_blocks"] == m["num_kv_blocks"] == 512 and m["num_requests_in_engine"] == 0
+    assert m["generation_tokens_total"] > 0 and m["prompt_tokens_total"] > 0
+    assert m['request_success_total{finished_reason="length"}'] > 0
+
+
+def test_bench_serve_command(server, tmp_path, capsys):
+    main(["bench", "serve", "--base-url", server.url, "--api-key", KEY, "--concurrency", "1,4", "--num-prompts", "8",
+          "--input-len", "24", "--output-len", "6", "--out", str(tmp_path), "--name", "t"])
+    res = json.loads((tmp_path / "t.json").read_text())
+    assert res["command"].startswith("metainfer bench serve --base-url")
+    assert [(r["concurrency"], r["completed"], r["failed"]) for r in res["runs"]] == [(1, 8, 0), (4, 8, 0)]
+    assert all(r["ttft_ms"]["p50"] > 0 and r["output_throughput"] > 0 for r in res["runs"])
+    assert (tmp_path / "t.png").stat().st_size > 0 and "concurrency=4: 8/8 ok" in capsys.readouterr().out
+
+
+def test_serve_command(ckpt):
+    "`metainfer serve` binds the port the OS picks, takes its key from the environment, and stops on SIGINT."
+    exe = Path(sys.executable).parent / "metainfer"
+    env = os.environ | {"METAINFER_API_KEY": "env-key", "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([str(exe), "serve", str(ckpt), "--port", "0", "--device", "cpu", "--num-kv-blocks", "64",
+                          "--max-model-len", "256", "--served-model-name", "tiny", "--log-level", "warning"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        line = ""
+        deadline = time.monotonic() + 120
+        while "serving" not in line and time.monotonic() < deadline and p.poll() is None: line = p.stdout.readline()
+        url = line.split(" on ")[1].split()[0]
+        auth = {"Authorization": "Bearer env-key"}
+        for _ in range(100):
+            try:
+                if httpx.get(f"{url}/health").status_code == 200: break
+            except httpx.TransportError: time.sleep(0.1)
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers=auth).json()["data"][0]["max_model_len"] == 256
+        r = httpx.post(f"{url}/v1/completions", headers=auth, json={"model": "tiny", "prompt": "hi", "max_tokens": 3})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
+    finally:
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0
