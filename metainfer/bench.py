@@ -289,8 +289,7 @@ def bench_main(args) -> dict:
 
 # %% ../nbs/18_bench.ipynb #c027
 def add_bench_arguments(p) -> None:
-    "Arguments of `metainfer bench latency|throughput`."
-    p.add_argument("mode", choices=["latency", "throughput", "agreement", "allreduce"])
+    "Arguments of `metainfer bench latency|throughput|agreement|allreduce` (the mode is the subcommand)."
     p.add_argument("model", nargs="?", help="checkpoint folder (not needed for allreduce)")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--dtype", default="auto"); p.add_argument("--device", default="auto")

@@ -8,8 +8,8 @@ import argparse, os, sys, time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['default_model_dir', 'generate_main', 'serve_cmd', 'bench_serve_cmd', 'add_serve_parser', 'add_bench_serve_parser',
-           'build_parser', 'main']
+__all__ = ['default_model_dir', 'generate_main', 'serve_cmd', 'bench_cmd', 'bench_serve_cmd', 'add_serve_parser',
+           'add_bench_serve_parser', 'build_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #c004
 def default_model_dir() -> Path:
@@ -44,6 +44,10 @@ def generate_main(args) -> None:
 def serve_cmd(args) -> None:
     from metainfer.server import serve_main
     serve_main(args)
+
+def bench_cmd(args) -> None:
+    from metainfer import bench
+    (bench.allreduce_main if args.mode == "allreduce" else bench.bench_main)(args)
 
 def bench_serve_cmd(args) -> None:
     from metainfer.bench_serve import bench_serve_main
@@ -108,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks, one mode per kind of measurement").add_subparsers(dest="mode", required=True)
     add_bench_serve_parser(bench)
+    from metainfer.bench import add_bench_arguments
+    for mode, what in (("latency", "decode tokens/s, TTFT, TPOT vs the roofline (and --peer hf)"),
+                       ("throughput", "offline: 256 sequences, lengths uniform in [100, 1024]"),
+                       ("agreement", "teacher-forced top-1 agreement with HF or an earlier run"),
+                       ("allreduce", "all-reduce latency, NCCL vs symmetric memory")):
+        add_bench_arguments(m := bench.add_parser(mode, help=what))
+        m.set_defaults(func=bench_cmd)
     return p
 
 def main(argv: list[str] | None = None) -> None:
