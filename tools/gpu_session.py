@@ -73,6 +73,23 @@ def stage_allreduce():
     bench("allreduce -tp 2 --name allreduce-2xh200")
 
 
+def stage_serve():
+    import socket, urllib.request
+    m = checkpoint("Qwen3-8B")
+    with socket.socket() as sock: sock.bind(("127.0.0.1", 0)); port = sock.getsockname()[1]
+    server = subprocess.Popen([PY, "-m", "metainfer", "serve", str(m), "--port", str(port), "--max-model-len", "4096",
+                               "--served-model-name", "qwen3-8b"])
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1); break
+            except Exception: time.sleep(0.5)
+        sh(f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency 1,16,64 --input-len 256 "
+           f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200")
+    finally:
+        server.terminate(); server.wait(60)
+
+
 def stage_deepseek():
     m = checkpoint("DeepSeek-V2-Lite")
     bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1")
