@@ -92,6 +92,7 @@ class EngineConfig:
     "What one engine is asked to do: which model, where, how parallel, and the scheduler's limits."
     model: str                              # checkpoint folder (config.json, *.safetensors, tokenizer)
     tensor_parallel_size: int = 1
+    expert_parallel_size: int | None = None # MoE: experts split this many ways (a divisor of TP; default: TP)
     dtype: str = "auto"                     # "auto" | "float32" | "bfloat16" | "float16"
     device: str = "auto"                    # "auto" | "cpu" | "cuda"
     block_size: int = 16                    # tokens per KV block
@@ -108,6 +109,8 @@ class EngineConfig:
 
     def __post_init__(self):
         if self.tensor_parallel_size < 1: raise ValueError("tensor_parallel_size must be >= 1")
+        if self.expert_parallel_size and self.tensor_parallel_size % self.expert_parallel_size:
+            raise ValueError("expert_parallel_size must divide tensor_parallel_size")
         if self.block_size < 1: raise ValueError("block_size must be >= 1")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"): raise ValueError(f"unknown dtype {self.dtype!r}")
         if self.max_num_seqs < 1: raise ValueError("max_num_seqs must be >= 1")

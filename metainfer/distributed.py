@@ -77,6 +77,7 @@ class ParallelInfo:
     size: int = 1
     comm: TorchDistCommunicator | None = None   # or its subclass SymmMemCommunicator
     control: ControlChannel | None = None
+    expert_size: int | None = None              # MoE: ranks the experts are split over (None: all `size`)
 
     def __post_init__(self):
         if not 0 <= self.rank < self.size: raise ValueError(f"rank {self.rank} outside a group of {self.size}")
@@ -108,7 +109,8 @@ def set_tp(tp: ParallelInfo) -> ParallelInfo:
 
 # %% ../nbs/04_distributed.ipynb #c014
 def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device, timeout_s: float = 600,
-                         dtype: torch.dtype = torch.bfloat16, symm_mem: bool = True) -> ParallelInfo:
+                         dtype: torch.dtype = torch.bfloat16, symm_mem: bool = True,
+                         expert_size: int | None = None) -> ParallelInfo:
     "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`) and make it current."
     if size == 1: return set_tp(ParallelInfo())
     from datetime import timedelta
@@ -119,7 +121,7 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     control = dist.new_group(backend="gloo") if cuda else None
     comm = TorchDistCommunicator()
     if cuda and symm_mem: comm = fast_communicator(rank, size, device, dtype) or comm
-    return set_tp(ParallelInfo(rank, size, comm, ControlChannel(control)))
+    return set_tp(ParallelInfo(rank, size, comm, ControlChannel(control), expert_size))
 
 def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.dtype) -> SymmMemCommunicator | None:
     "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built or gives wrong sums."

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from .linear import default_weight_loader
 
 # %% auto #0
-__all__ = ['checkpoint_files', 'checkpoint_target', 'load_weights']
+__all__ = ['checkpoint_files', 'checkpoint_target', 'expert_target', 'load_weights']
 
 # %% ../nbs/08_loader.ipynb #c004
 def checkpoint_files(model_dir: str | Path) -> list[Path]:
@@ -32,12 +32,23 @@ def checkpoint_target(name: str, packed: dict[str, tuple[str, object]]) -> tuple
         if f".{ckpt_part}." in name: return name.replace(f".{ckpt_part}.", f".{param_part}."), shard_id
     return name, None
 
-# %% ../nbs/08_loader.ipynb #c007
+# %% ../nbs/08_loader.ipynb #c008
+def expert_target(name: str, experts: dict[str, tuple[str, int, object]]) -> tuple[str, int, object] | None:
+    "For a routed expert's checkpoint tensor: `(stacked parameter, expert id, shard id)`, else `None`."
+    parts = name.split(".")
+    for i in range(len(parts)):
+        if (hit := experts.get(".".join(parts[i:]))) is not None:
+            param, expert_id, shard_id = hit
+            return ".".join(parts[:i] + [param]), expert_id, shard_id
+    return None
+
+# %% ../nbs/08_loader.ipynb #c010
 @torch.no_grad()
 def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True) -> set[str]:
     "Load every checkpoint tensor into `model` through its parameters' `weight_loader`s; returns the names filled."
     params = dict(model.named_parameters())
     packed = getattr(model, "packed_modules_mapping", {})
+    experts = getattr(model, "expert_params_mapping", {})
     skip = getattr(model, "skip_checkpoint_keys", lambda name: False)
     loaded = set()
     files = checkpoint_files(model_dir)
@@ -45,11 +56,16 @@ def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True)
         with safe_open(path, framework="pt", device="cpu") as f:
             for name in f.keys():
                 if skip(name): continue
-                target, shard_id = checkpoint_target(name, packed)
+                if experts and (hit := expert_target(name, experts)):
+                    target, expert_id, shard_id = hit
+                    args = (shard_id, expert_id)
+                else:
+                    target, shard_id = checkpoint_target(name, packed)
+                    args = () if shard_id is None else (shard_id,)
                 if target not in params: raise KeyError(f"checkpoint tensor {name!r} has no parameter in the model")
                 param = params[target]
                 loader = getattr(param, "weight_loader", default_weight_loader)
-                loader(param, f.get_slice(name), *([] if shard_id is None else [shard_id]))
+                loader(param, f.get_slice(name), *args)
                 loaded.add(target)
     missing = sorted(set(params) - loaded)
     if missing: raise KeyError(f"parameters not in the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}")

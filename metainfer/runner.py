@@ -64,12 +64,17 @@ def select_kernels(device: torch.device, backend: str = "auto") -> str:
     "Fill the element-wise and attention kernel tables for `device`; returns the backend's name."
     from metainfer.kernels import ops, TorchKernels
     from metainfer.attention import attention_ops, TorchAttention
+    from metainfer.mla import mla_ops, TorchMLA
+    from metainfer.moe import moe_ops, TorchMoE
     if backend == "auto": backend = "triton" if device.type == "cuda" else "torch"
     if backend == "triton":
         from metainfer.triton_kernels import TritonKernels
         from metainfer.triton_attention import TritonAttention
-        ops.use(TritonKernels()); attention_ops.use(TritonAttention())
-    elif backend == "torch": ops.use(TorchKernels()); attention_ops.use(TorchAttention())
+        from metainfer.triton_mla import TritonMLA
+        from metainfer.triton_moe import TritonMoE
+        ops.use(TritonKernels()); attention_ops.use(TritonAttention()); mla_ops.use(TritonMLA()); moe_ops.use(TritonMoE())
+    elif backend == "torch":
+        ops.use(TorchKernels()); attention_ops.use(TorchAttention()); mla_ops.use(TorchMLA()); moe_ops.use(TorchMoE())
     else: raise ValueError(f"unknown kernel backend {backend!r}")
     return backend
 

@@ -38,7 +38,8 @@ def worker_main(config: EngineConfig, model_config: ModelConfig, max_model_len: 
     "Entry point of a spawned worker process."
     device = rank_device(config, rank)
     if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
-    tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device))
+    tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device),
+                              expert_size=config.expert_parallel_size)
     try: serve_rank(ModelRunner(config, model_config, max_model_len, tp))
     finally: destroy_tensor_parallel()
 
@@ -77,7 +78,8 @@ def start_tensor_parallel(config: EngineConfig, model_config: ModelConfig,
         workers = WorkerGroup(config, model_config, max_model_len, init_method)
     device = rank_device(config, rank)
     if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
-    try: tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device))
+    try: tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device),
+                              expert_size=config.expert_parallel_size)
     except Exception:
         if workers: workers.stop(0)
         raise
