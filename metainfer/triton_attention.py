@@ -32,7 +32,8 @@ def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, stride_kt
 # %% ../nbs/07a_triton_attention.ipynb #c007
 def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
     "Strides of a pool's block, slot and head dims; K and V pools must share them (`KVPool`'s views do)."
-    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1: raise ValueError("K and V pools must share strides, with a contiguous last dim")
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
+        raise ValueError("K and V pools must share strides, with a contiguous last dim")
     return k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)
 
 def _block_d(head_dim: int) -> int: return max(16, triton.next_power_of_2(head_dim))  # tl.dot needs K >= 16
@@ -99,10 +100,14 @@ def _prefill_kernel(q_ptr, out_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, cu_q_p
     m = tl.full([BLOCK_Q * BLOCK_G], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_Q * BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_Q * BLOCK_G, BLOCK_D], tl.float32)
-    end = ctx - q_len + tl.minimum(q_len, (q_tile + 1) * BLOCK_Q)              # one past the tile's last position
-    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, tables_ptr + seq * stride_table, kv_head, 0, end,
-                        ctx - q_len + tok, stride_cb, stride_ct, stride_ch, qk_scale, True, PAGE, HEAD_DIM, BLOCK_N,
-                        BLOCK_D, PRECISION)
+    q_pos = ctx - q_len + tok                                                     # absolute position of each row
+    diag = (ctx - q_len + q_tile * BLOCK_Q) // BLOCK_N * BLOCK_N                  # keys before: seen by every row
+    end = ctx - q_len + tl.minimum(q_len, (q_tile + 1) * BLOCK_Q)                 # one past the tile's last position
+    table = tables_ptr + seq * stride_table
+    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, table, kv_head, 0, diag, q_pos, stride_cb, stride_ct,
+                        stride_ch, qk_scale, False, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D, PRECISION)
+    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, table, kv_head, diag, end, q_pos, stride_cb, stride_ct,
+                        stride_ch, qk_scale, True, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D, PRECISION)
     tl.store(out_ptr + rows * stride_ot + heads * stride_oh + d[None, :], acc / l[:, None], mask=mask)
 
 # %% ../nbs/07a_triton_attention.ipynb #c014
@@ -116,7 +121,8 @@ def paged_prefill(q: Tensor,              # [T, H, D]
                   meta: AttentionMetadata,
                   scale: float,
                   block_m: int = 128,     # query rows (tokens x heads of a group) per program
-                  block_n: int = 64,      # cached tokens per K/V tile
+                  block_n: int = 32,      # cached tokens per K/V tile
+                  num_warps: int = 4, num_stages: int = 3,  # Triton launch options
                   ) -> Tensor:
     "Causal attention of each sequence's new queries to its whole context in the pools: `[T, H, D]`."
     T, H, D = q.shape
@@ -129,10 +135,10 @@ def paged_prefill(q: Tensor,              # [T, H, D]
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), meta.block_tables.stride(0),
                           *_cache_strides(k_cache, v_cache), scale * LOG2E, GROUP=H // Hk, BLOCK_G=BLOCK_G,
                           BLOCK_Q=BLOCK_Q, PAGE=k_cache.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n,
-                          PRECISION=_precision(q.dtype), num_warps=8 if BLOCK_Q * BLOCK_G >= 128 else 4, num_stages=2)
+                          PRECISION=_precision(q.dtype), num_warps=num_warps, num_stages=num_stages)
     return out
 
-# %% ../nbs/07a_triton_attention.ipynb #c019
+# %% ../nbs/07a_triton_attention.ipynb #c020
 @jit
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
                    stride_qb, stride_qh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale, n_heads, num_splits,
@@ -151,13 +157,14 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_ac
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, tables_ptr + seq * stride_table, kv_head, start, end,
-                        0, stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D, PRECISION)
+                        0, stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D,
+                        PRECISION)
     part = (seq * n_heads + head).to(tl.int64) * num_splits + split            # [BLOCK_G] rows of the scratch
     tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=mask)
     tl.store(part_m_ptr + part, m, mask=g < GROUP)
     tl.store(part_l_ptr + part, l, mask=g < GROUP)
 
-# %% ../nbs/07a_triton_attention.ipynb #c021
+# %% ../nbs/07a_triton_attention.ipynb #c022
 @jit
 def _decode_reduce_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, n_heads, num_splits, stride_ob, stride_oh,
                           HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
@@ -172,14 +179,15 @@ def _decode_reduce_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, n_heads
     out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + d, out, mask=d < HEAD_DIM)
 
-# %% ../nbs/07a_triton_attention.ipynb #c023
+# %% ../nbs/07a_triton_attention.ipynb #c024
 @functools.cache
 def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
 def decode_splits(batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256) -> int:
-    "How many pieces to split each context into: about two waves of programs, pieces of at least `min_tokens`."
-    return max(1, min(triton.cdiv(2 * _num_sms(device), batch * kv_heads), triton.cdiv(max_context, min_tokens), 64))
+    "How many pieces to split each context into: about 4 programs per multiprocessor, of at least `min_tokens` each."
+    programs = triton.cdiv(4 * _num_sms(device), batch * kv_heads)
+    return max(1, min(programs, triton.cdiv(max_context, min_tokens), 128))
 
 def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                  k_cache: Tensor,      # [num_blocks, PAGE, Hk, D]
@@ -187,7 +195,8 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                  meta: AttentionMetadata,
                  scale: float,
                  num_splits: int | None = None,  # pieces per context; `decode_splits` when None
-                 block_n: int = 64,    # cached tokens per K/V tile
+                 block_n: int = 32,    # cached tokens per K/V tile
+                 num_warps: int = 4, num_stages: int = 2,  # Triton launch options
                  ) -> Tensor:
     "Attention of each sequence's one new query to its context (which includes it): `[B, H, D]`."
     B, H, D = q.shape
@@ -199,13 +208,13 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                                q.stride(0), q.stride(1), meta.block_tables.stride(0), *_cache_strides(k_cache, v_cache),
                                scale * LOG2E, H, S, GROUP=H // Hk, BLOCK_G=triton.next_power_of_2(H // Hk),
                                PAGE=k_cache.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n,
-                               PRECISION=_precision(q.dtype), num_warps=4, num_stages=2)
+                               PRECISION=_precision(q.dtype), num_warps=num_warps, num_stages=num_stages)
     out = torch.empty_like(q)
     _decode_reduce_kernel[(B, H)](part_acc, part_m, part_l, out, H, S, out.stride(0), out.stride(1), HEAD_DIM=D,
                                   BLOCK_D=triton.next_power_of_2(D), BLOCK_S=triton.next_power_of_2(S), num_warps=1)
     return out
 
-# %% ../nbs/07a_triton_attention.ipynb #c027
+# %% ../nbs/07a_triton_attention.ipynb #c029
 def varlen_available() -> bool:
     "Whether PyTorch's `varlen_attn` imports here (it runs on CUDA only)."
     try: from torch.nn.attention.varlen import varlen_attn
@@ -214,7 +223,7 @@ def varlen_available() -> bool:
 
 def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
                    scale: float) -> Tensor:
-    "Prefill through `varlen_attn` on the step's own `k`/`v` when no sequence has a cached prefix, else `paged_prefill`."
+    "Prefill by `varlen_attn` on the step's own `k`/`v` if no sequence has a cached prefix, else `paged_prefill`."
     if not torch.equal(meta.cu_seqlens_q, meta.cu_seqlens_k): return paged_prefill(q, k_cache, v_cache, meta, scale)
     from torch.nn.attention.varlen import varlen_attn
     gqa = {}
@@ -224,7 +233,7 @@ def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Te
     return varlen_attn(q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q, meta.max_seqlen_k,
                        scale=scale, window_size=(-1, 0), **gqa)
 
-# %% ../nbs/07a_triton_attention.ipynb #c029
+# %% ../nbs/07a_triton_attention.ipynb #c031
 class TritonAttention:
     "Triton attention over the paged KV pool, with the interface of `TorchAttention`: the default GPU backend."
     name = "triton"
