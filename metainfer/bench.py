@@ -11,9 +11,9 @@ import torch
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
-           'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'engine_top1', 'hf_top1', 'agreement',
-           'kernel_category', 'profile_steps', 'environment', 'plot_bars', 'bench_main', 'add_bench_arguments',
-           'allreduce_main']
+           'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'engine_top1', 'hf_top1', 'decisive',
+           'agreement', 'kernel_category', 'profile_steps', 'environment', 'plot_bars', 'bench_main',
+           'add_bench_arguments', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
 def _time_cuda(fn, iters: int) -> float:
@@ -143,16 +143,20 @@ def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> list[
     return preds
 
 @torch.no_grad()
-def hf_top1(model, prompts: list[list[int]], forced: list[list[int]]) -> tuple[list[list[int]], list[list[bool]]]:
-    "HF's top-1 at the same positions, and whether each is decisive (top-2 gap above bf16 resolution)."
-    preds, decisive = [], []
+def hf_top1(model, prompts: list[list[int]], forced: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+    "HF's top-1 at the same positions, and each position's top-2 gap relative to the top logit."
+    preds, gaps = [], []
     for p, f in zip(prompts, forced):
         ids = torch.tensor([p + f[:-1]], device=model.device)
         logits = model(ids).logits[0, len(p) - 1:].float()
         top = logits.topk(2, dim=-1).values
         preds.append(logits.argmax(-1).tolist())
-        decisive.append(((top[:, 0] - top[:, 1]) > top[:, 0].abs() * 2**-7).tolist())
-    return preds, decisive
+        gaps.append(((top[:, 0] - top[:, 1]) / top[:, 0].abs()).tolist())
+    return preds, gaps
+
+def decisive(gaps: list[list[float]], rel: float = 2**-7) -> list[list[bool]]:
+    "Positions whose top-2 gap exceeds `rel` of the top logit (2 bf16 ulps by default)."
+    return [[g > rel for g in row] for row in gaps]
 
 def agreement(ours: list[list[int]], ref: list[list[int]], mask: list[list[bool]] | None = None) -> dict:
     "Fraction of (unmasked) positions where the two top-1 predictions agree."
@@ -260,9 +264,18 @@ def bench_main(args) -> dict:
         if args.against == "hf":
             from metainfer.testing import hf_model
             model = hf_model(args.model, dtype=dtype, device=str(device))
-            ref, decisive = hf_top1(model, res["prompts"], res["forced"])
+            ref, gaps = hf_top1(model, res["prompts"], res["forced"])
             del model
-            res["agreement"] = agreement(res["metainfer"]["top1"], ref, decisive)
+            ours = res["metainfer"]["top1"]
+            res["agreement"] = agreement(ours, ref, decisive(gaps))
+            res["agreement_by_margin"] = {f"gap>{m:g}": agreement(ours, ref, decisive(gaps, m)) for m in (0, 2**-7, 2**-5, 2**-3)}
+            if args.control and dtype != torch.float32:  # the noise floor: HF's own bf16 against HF in fp32
+                if cuda: torch.cuda.empty_cache()
+                model = hf_model(args.model, dtype=torch.float32, device=str(device))
+                ref32, gaps32 = hf_top1(model, res["prompts"], res["forced"])
+                del model
+                res["control_fp32"] = {"metainfer_vs_hf_fp32": agreement(ours, ref32, decisive(gaps32)),
+                                       "hf_bf16_vs_hf_fp32": agreement(ref, ref32, decisive(gaps32))}
         else:
             ref = json.loads(Path(args.against).read_text())["metainfer"]["top1"]
             res["agreement"] = agreement(res["metainfer"]["top1"], ref)
@@ -284,7 +297,8 @@ def bench_main(args) -> dict:
                   "output tokens/s")
     summary = {k: v for k, v in res["metainfer"].items() if not isinstance(v, list)}
     print(json.dumps({"metainfer": summary, "roofline": res.get("roofline"), "peers": res.get("peers"),
-                      "agreement": res.get("agreement"), "profile": res.get("profile", {}).get("share")}, indent=1))
+                      "agreement": res.get("agreement"), "by_margin": res.get("agreement_by_margin"),
+                      "control_fp32": res.get("control_fp32"), "profile": res.get("profile", {}).get("share")}, indent=1))
     return res
 
 # %% ../nbs/18_bench.ipynb #c027
@@ -302,6 +316,7 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--peer", choices=["none", "hf"], default="none")
     p.add_argument("--against", default="hf", help="agreement: 'hf', or a JSON file of an earlier agreement run")
+    p.add_argument("--control", action="store_true", help="agreement: also compare ours and HF's bf16 with HF in fp32")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--out", default="docs/benchmarks"); p.add_argument("--name", default=None)
 

@@ -88,6 +88,7 @@ class LLMEngine:
                                    max(config.max_num_batched_tokens, self.max_model_len), self.max_model_len,
                                    self._eos_ids())
         self.requests: dict[str, Request] = {}
+        self._by_seq: dict[int, Request] = {}
 
     @classmethod
     def from_engine_args(cls, model: str, **kwargs) -> LLMEngine: return cls(EngineConfig(model, **kwargs))
@@ -139,13 +140,15 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
                          f"which must leave room for at least one new token")
     seq = Sequence(ids, params, self.config.block_size)
     detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
-    self.requests[request_id] = Request(request_id, text, seq, detok, stream)
+    self.requests[request_id] = self._by_seq[seq.seq_id] = Request(request_id, text, seq, detok, stream)
     self.scheduler.add(seq)
 
 def abort_request(self: LLMEngine, request_id: str) -> None:
     "Stop a request now and free its KV blocks; unknown or finished ids are ignored."
     req = self.requests.pop(request_id, None)
-    if req is not None and not req.seq.is_finished: self.scheduler.finish(req.seq, "abort")
+    if req is None: return
+    del self._by_seq[req.seq.seq_id]
+    if not req.seq.is_finished: self.scheduler.finish(req.seq, "abort")
 
 def has_unfinished_requests(self) -> bool: return self.scheduler.has_unfinished()
 
@@ -153,15 +156,15 @@ LLMEngine.add_request, LLMEngine.abort_request, LLMEngine.has_unfinished_request
 
 # %% ../nbs/14_engine.ipynb #c013
 def step(self: LLMEngine) -> list[RequestOutput]:
-    "Schedule, run, postprocess; the outputs of the requests that advanced (finished ones are then forgotten)."
+    "Schedule, run, postprocess; outputs of the streamed requests that advanced and of those that finished."
     batch = self.scheduler.schedule()
     if batch is None: return []
     token_ids = self._run(batch)
     self.scheduler.postprocess(batch, token_ids)
-    by_seq = {r.seq.seq_id: r for r in self.requests.values()}
-    outputs = [self._output(by_seq[s.seq_id]) for s in batch.seqs]
+    reqs = [self._by_seq[s.seq_id] for s in batch.seqs]
+    outputs = [self._output(r) for r in reqs if r.stream or r.seq.params.stop or r.seq.is_finished]
     for o in outputs:
-        if o.finished: del self.requests[o.request_id]
+        if o.finished: del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
     return outputs
 
 def _run(self: LLMEngine, batch) -> list[int]:

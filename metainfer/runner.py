@@ -205,6 +205,10 @@ class DecodeGraphs:
         self.block_tables = torch.full((n, max_blocks), runner.null_block, dtype=torch.int32, device=dev)
         self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)
         self.null_slot, self.graphs, self.logits = null_slot, {}, {}
+        pin = dev.type == "cuda"
+        self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)      # ids, positions, slots
+        self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
+        self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
         pool = None
         for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its memory
             self._forward(b)              # warm-up: compiles kernels, creates library handles
@@ -221,15 +225,20 @@ class DecodeGraphs:
 
     def replay(self, step: StepInput) -> Tensor:
         "Logits of a decode step, from the smallest bucket that holds it."
-        n = len(step.input_ids)
+        n, bs = len(step.input_ids), self.runner.block_size
         b = next(x for x in self.buckets if x >= n)
-        positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.runner.block_size,
-                                        False, "cpu")
-        self.input_ids[:n].copy_(torch.tensor(step.input_ids))
-        self.positions[:n].copy_(positions)
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
-        self.context_lens[:n].copy_(meta.context_lens)
-        self.block_tables[:n, :meta.block_tables.shape[1]].copy_(meta.block_tables)
+        # decode metadata in plain Python (one token per sequence), staged in pinned memory, copied without waiting
+        pos = [c - 1 for c in step.context_lens]
+        slots = [t[p // bs] * bs + p % bs for t, p in zip(step.block_tables, pos)]
+        self.host_vec[:, :n] = torch.tensor([step.input_ids, pos, slots])
+        self.host_ctx[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
+        w = max(map(len, step.block_tables))
+        tables = self.host_tables.numpy()
+        for i, t in enumerate(step.block_tables): tables[i, :len(t)] = t
+        for dst, src in ((self.input_ids, 0), (self.positions, 1), (self.slot_mapping, 2)):
+            dst[:n].copy_(self.host_vec[src, :n], non_blocking=True)
+        self.context_lens[:n].copy_(self.host_ctx[:n], non_blocking=True)
+        self.block_tables[:n, :w].copy_(self.host_tables[:n, :w], non_blocking=True)
         if b > n:  # padding rows: the null block, one token of context
             self.slot_mapping[n:b].fill_(self.null_slot)
             self.context_lens[n:b].fill_(1)
