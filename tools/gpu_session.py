@@ -52,9 +52,9 @@ def stage_tiny():
 
 def stage_qwen8b():
     m = checkpoint("Qwen3-8B")
-    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b1")
+    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --control --name agreement-qwen3-8b-b1")
     bench(f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b16")
-    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile")
+    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf")
     bench(f"latency {m} --batch-size 1 --enforce-eager --name latency-qwen3-8b-b1-eager --profile")
     bench(f"throughput {m} --name throughput-qwen3-8b")
 
@@ -62,6 +62,10 @@ def stage_qwen8b():
 def stage_qwen8b_peers():
     m = checkpoint("Qwen3-8B")
     bench(f"latency {m} --batch-size 1 --peer hf --name latency-qwen3-8b-b1-vs-hf")
+
+
+def stage_tp2_serve():
+    stage_tp2(); stage_allreduce(); stage_serve()
 
 
 def stage_tp2():
