@@ -249,6 +249,7 @@ def bench_main(args) -> dict:
             engine.step(); engine.step()
             res["profile"] = profile_steps(engine, 16)
             while engine.has_unfinished_requests(): engine.step()
+            del engine
     else:
         res["metainfer"] = run_throughput(llm, args.num_seqs, args.min_len, args.max_len)
         if bw:

@@ -25,6 +25,7 @@ def sh(cmd: str, timeout: int = 580) -> int:
 def bench(args: str) -> int:
     rc = sh(f"{PY} -m metainfer bench {args} --out {RES}")
     for f in RES.glob("*"): shutil.copy(f, KEEP / f.name)
+    with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")  # survives a kill
     return rc
 
 
@@ -68,10 +69,16 @@ def stage_tp2_serve():
     stage_tp2(); stage_allreduce(); stage_serve()
 
 
+def stage_latency_peers():
+    m = checkpoint("Qwen3-8B")
+    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf")
+
+
 def stage_tp2():
     m = checkpoint("Qwen3-8B")
-    ref = KEEP / "agreement-qwen3-8b-b1.json"
-    if not ref.exists():
+    ref = next((p for p in (KEEP / "agreement-qwen3-8b-b1.json", Path(".whl/agreement-qwen3-8b-b1.json")) if p.exists()), None)
+    if ref is None:
+        ref = KEEP / "agreement-qwen3-8b-b1.json"
         bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}")
     bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-qwen3-8b-tp2-vs-tp1")
     bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile")
@@ -110,6 +117,6 @@ if __name__ == "__main__":
     try:
         for stage in sys.argv[1:]: globals()[f"stage_{stage.replace('-', '_')}"]()
     finally:
-        with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(RES, arcname="results")
+        with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")
         shutil.rmtree(RES)
         print("\n==== summary ====", *summary, f"total {time.time() - t0:.0f}s", sep="\n")
