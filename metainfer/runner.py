@@ -192,7 +192,9 @@ ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.logits, ModelRunn
 class DecodeGraphs:
     "Captured decode steps, one per batch-size bucket, sharing static input buffers and one memory pool."
     def __init__(self, runner: ModelRunner, max_batch: int):
-        self.runner, self.max_batch = runner, max_batch
+        # the runner's parts, not the runner: no reference cycle, so freeing the runner frees the graphs' memory
+        self.model, self.block_size, self.max_model_len = runner.model, runner.block_size, runner.max_model_len
+        self.null_block, self.max_batch = runner.null_block, max_batch
         self.buckets = [b for b in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448) if b < max_batch]
         self.buckets.append(max_batch)
         dev, n = runner.device, max_batch
@@ -219,13 +221,12 @@ class DecodeGraphs:
 
     def _forward(self, b: int) -> Tensor:
         meta = AttentionMetadata(False, self.slot_mapping[:b], self.context_lens[:b], self.block_tables[:b],
-                                 self.cu_seqlens[:b + 1], self.cu_seqlens[:b + 1], 1, self.runner.max_model_len)
-        model = self.runner.model
-        return model.compute_logits(model(self.input_ids[:b], self.positions[:b], meta))
+                                 self.cu_seqlens[:b + 1], self.cu_seqlens[:b + 1], 1, self.max_model_len)
+        return self.model.compute_logits(self.model(self.input_ids[:b], self.positions[:b], meta))
 
     def replay(self, step: StepInput) -> Tensor:
         "Logits of a decode step, from the smallest bucket that holds it."
-        n, bs = len(step.input_ids), self.runner.block_size
+        n, bs = len(step.input_ids), self.block_size
         b = next(x for x in self.buckets if x >= n)
         # decode metadata in plain Python (one token per sequence), staged in pinned memory, copied without waiting
         pos = [c - 1 for c in step.context_lens]
@@ -242,6 +243,6 @@ class DecodeGraphs:
         if b > n:  # padding rows: the null block, one token of context
             self.slot_mapping[n:b].fill_(self.null_slot)
             self.context_lens[n:b].fill_(1)
-            self.block_tables[n:b, 0].fill_(self.runner.null_block)
+            self.block_tables[n:b, 0].fill_(self.null_block)
         self.graphs[b].replay()
         return self.logits[b][:n]
