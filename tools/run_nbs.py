@@ -3,7 +3,7 @@
 Cells flagged `#| cuda`, `#| slow` or `#| eval: false` are skipped, as nbdev_test skips them on CPU.
 Usage: python tools/run_nbs.py [nbs/NAME.ipynb ...]   (default: every notebook in nbs/); then run nbdev_clean.
 """
-import os, re, sys, time
+import json, os, re, sys, time
 from pathlib import Path
 os.environ.setdefault("TQDM_DISABLE", "1"); os.environ.setdefault("OMP_NUM_THREADS", "1")
 from execnb.nbio import read_nb, write_nb
@@ -20,6 +20,8 @@ def run(path: Path) -> float:
     start = time.time()
     with working_directory(path.parent):
         CaptureShell(path).run_all(nb, exc_stop=True, preproc=lambda c: c.cell_type != "code" or bool(SKIP.search(c.source)))
+    for c in nb.cells:  # ipyparallel's %%px results carry datetimes in their metadata
+        if c.cell_type == "code": c.outputs = json.loads(json.dumps(c.outputs, default=str))
     write_nb(nb, path)
     return time.time() - start
 
