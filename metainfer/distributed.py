@@ -15,6 +15,8 @@ __all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'check_all_reduce', '
            'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel', 'free_port']
 
 # %% ../nbs/04_distributed.ipynb #c004
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
+
 class TorchDistCommunicator:
     "Collectives over a `torch.distributed` process group (gloo on CPU, NCCL on GPU)."
     def __init__(self, group=None): self.group = group
@@ -24,9 +26,10 @@ class TorchDistCommunicator:
         return x
 
     def all_gather(self, x: Tensor, dim: int = -1) -> Tensor:
-        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(self.group))]
-        dist.all_gather(parts, x.contiguous(), group=self.group)
-        return torch.cat(parts, dim=dim)
+        size = dist.get_world_size(self.group)
+        out = x.new_empty((size * x.shape[0], *x.shape[1:]))   # one output tensor: one NCCL call, graph-friendly
+        _all_gather_single(out, x.contiguous(), group=self.group)
+        return torch.cat(out.view(size, *x.shape).unbind(0), dim=dim)
 
     def broadcast(self, x: Tensor, src: int = 0) -> Tensor:
         dist.broadcast(x, src=src, group=self.group)
