@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_runner.ipynb #c001
 from __future__ import annotations
-import importlib, logging
+import importlib, logging, time
 from contextlib import contextmanager
 from dataclasses import dataclass
 import torch
@@ -104,6 +104,8 @@ class ModelRunner:
             self.model = model_class(model_config.family)(model_config).eval()
         load_weights(self.model, config.model, progress=self.tp.rank == 0)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        log.info(f"rank {self.tp.rank}: {self.weight_bytes / 2**30:.2f} GiB of weights on {self.device} "
+                 f"({self.dtype}, kernels: {self.kernel_backend})")
         self._allocate_kv_pool(max_model_len)
         self.graphs = None
         if self.device.type == "cuda" and not config.enforce_eager:
@@ -211,13 +213,15 @@ class DecodeGraphs:
         self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)      # ids, positions, slots
         self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
         self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
-        pool = None
+        pool, start = None, time.perf_counter()
         for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its memory
             self._forward(b)              # warm-up: compiles kernels, creates library handles
             torch.cuda.synchronize(dev)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool): self.logits[b] = self._forward(b)
             self.graphs[b], pool = graph, graph.pool()
+        log.info(f"rank {runner.tp.rank}: captured {len(self.buckets)} decode graphs (batch <= {max_batch}) "
+                 f"in {time.perf_counter() - start:.1f} s")
 
     def _forward(self, b: int) -> Tensor:
         meta = AttentionMetadata(False, self.slot_mapping[:b], self.context_lens[:b], self.block_tables[:b],
