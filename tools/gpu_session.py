@@ -1,7 +1,7 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, nbtest, tiny, qwen8b, qwen8b-peers, tp2, allreduce, deepseek. Each stage's JSON/PNG files land under
+Stages: env, nbtest, tiny, qwen8b, latency-peers, tp2-eager, tp2, allreduce, serve, deepseek. Each stage's JSON/PNG files land under
 $OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
 """
 import json, os, shutil, subprocess, sys, tarfile, time
@@ -82,6 +82,12 @@ def stage_tp2():
         bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}")
     bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-qwen3-8b-tp2-vs-tp1")
     bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile")
+
+
+def stage_tp2_eager():
+    "TP=2 without CUDA graphs: separates graph capture from communication (the graphs run hung on 2026-11-29)."
+    m = checkpoint("Qwen3-8B")
+    bench(f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp2-eager")
 
 
 def stage_allreduce():
