@@ -75,14 +75,15 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         self.tokenizer = self._load_tokenizer(config.model)
         self.tp, self.workers = start_tensor_parallel(config, mc, self.max_model_len)
-        try: self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
+        try:
+            self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
+            capacity = self.runner.num_kv_blocks * config.block_size
+            if capacity < self.max_model_len and config.max_model_len:
+                raise ValueError(f"max_model_len {config.max_model_len} exceeds the KV pool's {capacity} tokens")
         except BaseException:
             self.shutdown()
             raise
-        capacity = self.runner.num_kv_blocks * config.block_size
-        if capacity < self.max_model_len:
-            if config.max_model_len: raise ValueError(f"max_model_len {config.max_model_len} exceeds the KV pool's {capacity} tokens")
-            self.max_model_len = capacity
+        self.max_model_len = min(self.max_model_len, capacity)
         self.block_manager = BlockManager(self.runner.num_kv_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs,
                                    max(config.max_num_batched_tokens, self.max_model_len), self.max_model_len,
@@ -108,13 +109,12 @@ class LLMEngine:
     def shutdown(self) -> None:
         "Stop the tensor-parallel workers (if any) and leave the process group; idempotent."
         if self.tp.size == 1: return
-        if self.workers is not None:
-            try:
-                self.workers.raise_if_dead()
-                self.tp.control.send(None)
-            except Exception: pass  # a dead worker: stop() kills the rest
-            self.workers.stop()
-            self.workers = None
+        try:  # tell the other ranks to stop (spawned workers or torchrun ranks alike)
+            if self.workers is not None: self.workers.raise_if_dead()
+            self.tp.control.send(None)
+        except Exception: pass  # a dead worker: stop() kills the rest
+        if self.workers is not None: self.workers.stop()
+        self.workers = None
         destroy_tensor_parallel()
         self.tp = ParallelInfo()
 
@@ -128,8 +128,9 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
     "Queue a request; a `ValueError` says why if it can't be served. `stream=False`: text only when finished."
     params = params or SamplingParams()
     if request_id in self.requests: raise ValueError(f"request id {request_id!r} is already in use")
+    if self.tokenizer is None and (isinstance(prompt, str) or params.stop):
+        raise ValueError("this model has no tokenizer: pass token ids, and no stop strings")
     if isinstance(prompt, str):
-        if self.tokenizer is None: raise ValueError("this model has no tokenizer: pass token ids")
         text, ids = prompt, self.tokenizer(prompt).input_ids
     else: text, ids = None, list(prompt)
     if not ids: raise ValueError("the prompt is empty")
@@ -159,7 +160,12 @@ def step(self: LLMEngine) -> list[RequestOutput]:
     "Schedule, run, postprocess; outputs of the streamed requests that advanced and of those that finished."
     batch = self.scheduler.schedule()
     if batch is None: return []
-    token_ids = self._run(batch)
+    try: token_ids = self._run(batch)
+    except BaseException:  # e.g. Ctrl-C, OOM: drop the batch's requests and the cache entries it never filled
+        for seq in batch.seqs:
+            self.block_manager.forget_from(seq, seq.num_cached_tokens if batch.is_prefill else len(seq) - 1)
+            self.abort_request(self._by_seq[seq.seq_id].request_id)
+        raise
     self.scheduler.postprocess(batch, token_ids)
     reqs = [self._by_seq[s.seq_id] for s in batch.seqs]
     outputs = [self._output(r) for r in reqs if r.stream or r.seq.params.stop or r.seq.is_finished]
@@ -172,12 +178,12 @@ def _run(self: LLMEngine, batch) -> list[int]:
     if self.workers is None: return self.runner.run(batch)
     self.workers.raise_if_dead()
     try: return self.runner.run(batch)
-    except Exception as e:
+    except Exception:
         import time
         for _ in range(50):  # a collective can fail a moment before the dead worker's exit code is visible
             self.workers.raise_if_dead()
             time.sleep(0.1)
-        raise WorkerDied(f"a tensor-parallel collective failed: {e}") from e
+        raise  # no worker died: the error is rank 0's own
 
 def _output(self: LLMEngine, req: Request) -> RequestOutput:
     seq, text = req.seq, ""
@@ -189,6 +195,7 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
             text = req.detok.text = text[:hit[0]]
             req.stop_reason = hit[1]
             if not seq.is_finished: self.scheduler.finish(seq, "stop")
+            seq.finish_reason = "stop"  # also when the length limit came in the same step
     out = CompletionOutput(0, text, seq.completion_token_ids, seq.finish_reason, req.stop_reason)
     return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished)
 
@@ -218,25 +225,32 @@ class LLM:
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts): raise ValueError("need one SamplingParams per prompt, or one for all")
         ids = [str(next(self._ids)) for _ in prompts]
-        try:
-            for rid, p, sp in zip(ids, prompts, params): self.engine.add_request(rid, p, sp, stream)
-        except ValueError as e:
-            for rid in ids: self.engine.abort_request(rid)
-            raise ValueError(f"prompt {ids.index(rid)}: {e}") from None
+        for i, (rid, p, sp) in enumerate(zip(ids, prompts, params)):
+            try: self.engine.add_request(rid, p, sp, stream)
+            except ValueError as e:
+                self._abort(ids)
+                raise ValueError(f"prompt {i}: {e}") from None
         return ids
+
+    def _abort(self, ids: list[str]) -> None:
+        for rid in ids: self.engine.abort_request(rid)
 
     def stream(self, prompts, sampling_params=None) -> Iterator[RequestOutput]:
         "Submit `prompts` and yield every request's output each time it advances."
-        self._submit(prompts, sampling_params, stream=True)
-        while self.engine.has_unfinished_requests(): yield from self.engine.step()
+        ids = self._submit(prompts, sampling_params, stream=True)
+        try:
+            while self.engine.has_unfinished_requests(): yield from self.engine.step()
+        finally: self._abort(ids)  # a consumer that stops early leaves nothing queued
 
     def generate(self, prompts: str | list[str] | list[int] | list[list[int]], sampling_params=None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         "Complete every prompt; outputs in prompt order."
         ids = self._submit(prompts, sampling_params, stream=False)
         done: dict[str, RequestOutput] = {}
-        with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
-            while self.engine.has_unfinished_requests():
-                for out in self.engine.step():
-                    if out.finished: done[out.request_id] = out; bar.update()
+        try:
+            with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
+                while self.engine.has_unfinished_requests():
+                    for out in self.engine.step():
+                        if out.finished: done[out.request_id] = out; bar.update()
+        finally: self._abort(ids)  # on Ctrl-C or an error: nothing left queued for the next call
         return [done[i] for i in ids]

@@ -5,6 +5,7 @@
 # %% ../nbs/13_runner.ipynb #c001
 from __future__ import annotations
 import importlib, logging, time
+from itertools import accumulate
 from contextlib import contextmanager
 from dataclasses import dataclass
 import torch
@@ -207,11 +208,13 @@ class DecodeGraphs:
         self.slot_mapping = torch.full((n,), null_slot, dtype=torch.long, device=dev)
         self.context_lens = torch.ones(n, dtype=torch.int32, device=dev)
         self.block_tables = torch.full((n, max_blocks), runner.null_block, dtype=torch.int32, device=dev)
-        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)
+        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)          # queries: one per sequence
+        self.cu_seqlens_k = torch.arange(n + 1, dtype=torch.int32, device=dev)        # contexts: filled per step
         self.null_slot, self.graphs, self.logits = null_slot, {}, {}
         pin = dev.type == "cuda"
         self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)      # ids, positions, slots
         self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
+        self.host_cu_k = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)
         self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
         pool, start = None, time.perf_counter()
         for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its memory
@@ -225,7 +228,7 @@ class DecodeGraphs:
 
     def _forward(self, b: int) -> Tensor:
         meta = AttentionMetadata(False, self.slot_mapping[:b], self.context_lens[:b], self.block_tables[:b],
-                                 self.cu_seqlens[:b + 1], self.cu_seqlens[:b + 1], 1, self.max_model_len)
+                                 self.cu_seqlens[:b + 1], self.cu_seqlens_k[:b + 1], 1, self.max_model_len)
         return self.model.compute_logits(self.model(self.input_ids[:b], self.positions[:b], meta))
 
     def replay(self, step: StepInput) -> Tensor:
@@ -237,12 +240,14 @@ class DecodeGraphs:
         slots = [t[p // bs] * bs + p % bs for t, p in zip(step.block_tables, pos)]
         self.host_vec[:, :n] = torch.tensor([step.input_ids, pos, slots])
         self.host_ctx[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
+        self.host_cu_k[:b + 1] = torch.tensor([0, *accumulate(step.context_lens + [1] * (b - n))], dtype=torch.int32)
         w = max(map(len, step.block_tables))
         tables = self.host_tables.numpy()
         for i, t in enumerate(step.block_tables): tables[i, :len(t)] = t
         for dst, src in ((self.input_ids, 0), (self.positions, 1), (self.slot_mapping, 2)):
             dst[:n].copy_(self.host_vec[src, :n], non_blocking=True)
         self.context_lens[:n].copy_(self.host_ctx[:n], non_blocking=True)
+        self.cu_seqlens_k[:b + 1].copy_(self.host_cu_k[:b + 1], non_blocking=True)
         self.block_tables[:n, :w].copy_(self.host_tables[:n, :w], non_blocking=True)
         if b > n:  # padding rows: the null block, one token of context
             self.slot_mapping[n:b].fill_(self.null_slot)

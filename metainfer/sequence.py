@@ -4,6 +4,8 @@
 
 # %% ../nbs/10_sequence.ipynb #c001
 from __future__ import annotations
+import hashlib
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum, auto
@@ -11,7 +13,7 @@ from itertools import count
 
 # %% auto #0
 __all__ = ['SamplingParams', 'SequenceStatus', 'Sequence', 'Block', 'block_hash', 'BlockManager', 'can_allocate', 'allocate',
-           'deallocate', 'can_append', 'may_append']
+           'deallocate', 'forget_from', 'can_append', 'may_append']
 
 # %% ../nbs/10_sequence.ipynb #c004
 @dataclass
@@ -80,12 +82,12 @@ class Sequence:
 class Block:
     block_id: int
     ref_count: int = 0
-    hash: int | None = None                # set once the block is full
+    hash: bytes | None = None              # set once the block is full
     token_ids: tuple[int, ...] = ()        # kept to confirm a hash hit
 
-def block_hash(prefix_hash: int | None, token_ids) -> int:
-    "Hash of a full block, chained to the hash of the block before it."
-    return hash((prefix_hash, tuple(token_ids)))
+def block_hash(prefix_hash: bytes | None, token_ids) -> bytes:
+    "SHA-256 of a full block's tokens chained to the hash of the block before it: equal hashes, equal prefixes."
+    return hashlib.sha256((prefix_hash or b"") + array("q", token_ids).tobytes()).digest()
 
 # %% ../nbs/10_sequence.ipynb #c011
 class BlockManager:
@@ -94,7 +96,7 @@ class BlockManager:
         self.block_size, self.enable_prefix_caching = block_size, enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # least recently freed first
-        self.cached: dict[int, int] = {}                                             # block hash -> block id
+        self.cached: dict[bytes, int] = {}                                           # block hash -> block id
         self.num_cache_hit_tokens = 0                                                # prompt tokens served from cache
 
     @property
@@ -110,11 +112,11 @@ class BlockManager:
         block.ref_count += 1
         return block
 
-    def _register(self, block: Block, h: int, token_ids) -> None:
+    def _register(self, block: Block, h: bytes, token_ids) -> None:
         block.hash, block.token_ids = h, tuple(token_ids)
         if self.enable_prefix_caching: self.cached[h] = block.block_id
 
-    def _hit(self, h: int, token_ids) -> Block | None:
+    def _hit(self, h: bytes, token_ids) -> Block | None:
         bid = self.cached.get(h)
         return self.blocks[bid] if bid is not None and self.blocks[bid].token_ids == tuple(token_ids) else None
 
@@ -151,7 +153,15 @@ def deallocate(self: BlockManager, seq: Sequence) -> None:
         if block.ref_count == 0: self.free[bid] = None
     seq.block_table, seq.num_cached_tokens = [], 0
 
+def forget_from(self: BlockManager, seq: Sequence, token: int) -> None:
+    "Un-cache `seq`'s blocks from the one holding `token` on (their KV may never have been written)."
+    for bid in seq.block_table[token // self.block_size:]:
+        block = self.blocks[bid]
+        if self.cached.get(block.hash) == bid: del self.cached[block.hash]
+        block.hash, block.token_ids = None, ()
+
 BlockManager.can_allocate, BlockManager.allocate, BlockManager.deallocate = can_allocate, allocate, deallocate
+BlockManager.forget_from = forget_from
 
 # %% ../nbs/10_sequence.ipynb #c015
 def can_append(self: BlockManager, seq: Sequence) -> bool:

@@ -72,7 +72,11 @@ def start_tensor_parallel(config: EngineConfig, model_config: ModelConfig,
     "Join (or create) the tensor-parallel group; returns rank 0's group info and its workers."
     size = config.tensor_parallel_size
     if size == 1: return ParallelInfo(), None
-    if launched_by_torchrun(size): rank, workers, init_method = int(os.environ["RANK"]), None, "env://"
+    if launched_by_torchrun(size):
+        rank, workers, init_method = int(os.environ["RANK"]), None, "env://"
+        if rank != 0:  # serve rank 0 like a spawned worker, then end this process
+            worker_main(config, model_config, max_model_len, rank, size, init_method)
+            sys.exit(0)
     else:
         rank, init_method = 0, f"tcp://127.0.0.1:{free_port()}"
         workers = WorkerGroup(config, model_config, max_model_len, init_method)
@@ -83,8 +87,4 @@ def start_tensor_parallel(config: EngineConfig, model_config: ModelConfig,
     except Exception:
         if workers: workers.stop(0)
         raise
-    if rank != 0:
-        try: serve_rank(ModelRunner(config, model_config, max_model_len, tp))
-        finally: destroy_tensor_parallel()
-        sys.exit(0)
     return tp, workers

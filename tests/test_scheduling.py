@@ -93,3 +93,29 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(checkpoints):
     assert mixed[0].outputs[0].token_ids == alone
     other = llm.generate([p[0]], SamplingParams(temperature=1.0, max_tokens=16, seed=124, ignore_eos=True), use_tqdm=False)
     assert other[0].outputs[0].token_ids != alone
+
+
+def test_failed_step_leaves_no_requests_and_no_poisoned_cache(checkpoints):
+    """A step that raises (Ctrl-C, OOM) aborts its batch and un-caches blocks whose KV it never wrote."""
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu", block_size=4)
+    engine = llm.engine
+    prompts = random_prompts(3, seed=8, lo=20, hi=30)
+    ref = [o.outputs[0].token_ids for o in LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu",
+                                                block_size=4).generate(prompts, GREEDY, use_tqdm=False)]
+    run = engine.runner.run
+    def fail(batch): raise KeyboardInterrupt
+    engine.runner.run = fail
+    with pytest.raises(KeyboardInterrupt): llm.generate(prompts, GREEDY, use_tqdm=False)
+    engine.runner.run = run
+    assert not engine.has_unfinished_requests() and not engine.requests
+    assert engine.block_manager.num_free_blocks == engine.runner.num_kv_blocks
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)] == ref
+
+
+def test_abandoned_stream_leaves_nothing_queued(checkpoints):
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu")
+    stream = llm.stream(random_prompts(4, seed=9), GREEDY)
+    next(stream)
+    stream.close()
+    assert not llm.engine.has_unfinished_requests() and not llm.engine.requests
+    assert llm.engine.block_manager.num_free_blocks == llm.engine.runner.num_kv_blocks
