@@ -95,14 +95,17 @@ def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed
     out_lens = [rng.randint(lo, hi) for _ in prompts]
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in out_lens]
     llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up
-    start = time.perf_counter()
+    stats0, start = dict(llm.engine.stats), time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=True)
     elapsed = time.perf_counter() - start
+    steps = {k: v - stats0[k] for k, v in llm.engine.stats.items()}
     n_out = sum(len(o.outputs[0].token_ids) for o in outs)
     assert n_out == sum(out_lens), "every sequence must produce exactly its output length"
     return {"num_seqs": num_seqs, "input_tokens": sum(map(len, prompts)), "output_tokens": n_out, "elapsed_s": elapsed,
             "output_tokens_per_s": n_out / elapsed, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / elapsed,
-            "preemptions": llm.engine.scheduler.num_preemptions, "input_lens": list(map(len, prompts)), "output_lens": out_lens}
+            "preemptions": llm.engine.scheduler.num_preemptions, "steps": steps,
+            "host_s_outside_model": elapsed - steps["prefill_s"] - steps["decode_s"],
+            "input_lens": list(map(len, prompts)), "output_lens": out_lens}
 
 # %% ../nbs/18_bench.ipynb #c016
 @torch.no_grad()
@@ -252,6 +255,16 @@ def bench_main(args) -> dict:
             del engine
     else:
         res["metainfer"] = run_throughput(llm, args.num_seqs, args.min_len, args.max_len)
+        if args.profile and cuda:  # the same workload again, profiled once every sequence is decoding
+            from metainfer.sequence import SamplingParams
+            m, engine = res["metainfer"], llm.engine
+            prompts = random_prompts(args.num_seqs, args.min_len, args.max_len, cfg.vocab_size, 0)
+            for i, (p, n) in enumerate(zip(prompts, m["output_lens"])):
+                engine.add_request(f"prof{i}", p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True), stream=False)
+            while engine.scheduler.waiting: engine.step()
+            res["profile"] = profile_steps(engine, 16)
+            while engine.has_unfinished_requests(): engine.step()
+            del engine
         if bw:
             flops = gemm_flops(runner.device)
             res["hardware"]["gemm_flops"] = flops

@@ -90,6 +90,8 @@ class LLMEngine:
                                    self._eos_ids())
         self.requests: dict[str, Request] = {}
         self._by_seq: dict[int, Request] = {}
+        self.stats = {"prefill_steps": 0, "prefill_s": 0.0, "prefill_tokens": 0, "decode_steps": 0, "decode_s": 0.0,
+                      "decode_tokens": 0}  # model time (runner) by kind of step, for benchmarks and /metrics
 
     @classmethod
     def from_engine_args(cls, model: str, **kwargs) -> LLMEngine: return cls(EngineConfig(model, **kwargs))
@@ -160,12 +162,17 @@ def step(self: LLMEngine) -> list[RequestOutput]:
     "Schedule, run, postprocess; outputs of the streamed requests that advanced and of those that finished."
     batch = self.scheduler.schedule()
     if batch is None: return []
+    start = time.perf_counter()
     try: token_ids = self._run(batch)
     except BaseException:  # e.g. Ctrl-C, OOM: drop the batch's requests and the cache entries it never filled
         for seq in batch.seqs:
             self.block_manager.forget_from(seq, seq.num_cached_tokens if batch.is_prefill else len(seq) - 1)
             self.abort_request(self._by_seq[seq.seq_id].request_id)
         raise
+    kind = "prefill" if batch.is_prefill else "decode"
+    self.stats[f"{kind}_steps"] += 1
+    self.stats[f"{kind}_s"] += time.perf_counter() - start
+    self.stats[f"{kind}_tokens"] += sum(len(s) - s.num_cached_tokens for s in batch.seqs) if batch.is_prefill else len(batch.seqs)
     self.scheduler.postprocess(batch, token_ids)
     reqs = [self._by_seq[s.seq_id] for s in batch.seqs]
     outputs = [self._output(r) for r in reqs if r.stream or r.seq.params.stop or r.seq.is_finished]

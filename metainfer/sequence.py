@@ -40,7 +40,7 @@ class SamplingParams:
     @property
     def greedy(self) -> bool: return self.temperature == 0
 
-# %% ../nbs/10_sequence.ipynb #c007
+# %% ../nbs/10_sequence.ipynb #c008
 class SequenceStatus(Enum):
     WAITING = auto()   # queued for prefill (new, or preempted and waiting to be recomputed)
     RUNNING = auto()   # holds KV blocks and is decoding
@@ -77,7 +77,7 @@ class Sequence:
 
     def append(self, token_id: int) -> None: self.token_ids.append(token_id)
 
-# %% ../nbs/10_sequence.ipynb #c010
+# %% ../nbs/10_sequence.ipynb #c011
 @dataclass
 class Block:
     block_id: int
@@ -89,7 +89,7 @@ def block_hash(prefix_hash: bytes | None, token_ids) -> bytes:
     "SHA-256 of a full block's tokens chained to the hash of the block before it: equal hashes, equal prefixes."
     return hashlib.sha256((prefix_hash or b"") + array("q", token_ids).tobytes()).digest()
 
-# %% ../nbs/10_sequence.ipynb #c011
+# %% ../nbs/10_sequence.ipynb #c012
 class BlockManager:
     "Hands out KV-pool blocks to sequences, sharing full blocks with equal prefixes."
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
@@ -120,7 +120,7 @@ class BlockManager:
         bid = self.cached.get(h)
         return self.blocks[bid] if bid is not None and self.blocks[bid].token_ids == tuple(token_ids) else None
 
-# %% ../nbs/10_sequence.ipynb #c013
+# %% ../nbs/10_sequence.ipynb #c014
 def can_allocate(self: BlockManager, seq: Sequence) -> bool:
     "Whether `seq` fits now, without counting on cache hits."
     return self.num_free_blocks >= seq.num_blocks
@@ -163,7 +163,7 @@ def forget_from(self: BlockManager, seq: Sequence, token: int) -> None:
 BlockManager.can_allocate, BlockManager.allocate, BlockManager.deallocate = can_allocate, allocate, deallocate
 BlockManager.forget_from = forget_from
 
-# %% ../nbs/10_sequence.ipynb #c015
+# %% ../nbs/10_sequence.ipynb #c016
 def can_append(self: BlockManager, seq: Sequence) -> bool:
     "Whether `seq`'s newest token has a slot (or a free block for one)."
     return self.num_free_blocks >= (seq.num_blocks > len(seq.block_table))
