@@ -1,7 +1,18 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, nbtest, tiny, qwen8b, latency-peers, tp2-eager, tp2, allreduce, serve, deepseek. Each stage's JSON/PNG files land under
+Stages: env, nbtest, tiny, qwen8b, latency-peers, tp2-eager, tp2, allreduce, serve, deepseek.
+
+The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
+carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
+  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    nbdev==2.4.14 fastcore==1.14.5 execnb==0.1.18 ipython==9.18.1 ipython-pygments-lexers jedi parso \
+    matplotlib-inline pexpect ptyprocess prompt_toolkit wcwidth stack_data executing asttokens pure_eval traitlets \
+    astunparse fastgit ghapi fastspec watchdog decorator fastapi starlette pydantic pydantic-core uvicorn \
+    annotated-types typing-inspection annotated-doc
+and start the device command with
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=$PWD:/tmp/site Each stage's JSON/PNG files land under
 $OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
 """
 import json, os, shutil, subprocess, sys, tarfile, time
