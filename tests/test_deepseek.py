@@ -56,3 +56,11 @@ def test_expert_parallel_size_independent_of_tp(checkpoints):
     prompts = random_prompts(4, seed=25, vocab=VOCAB, lo=3, hi=30)
     assert run(ckpt, prompts, tp=2, expert_parallel_size=1) == run(ckpt, prompts, tp=1)
     assert not mp.active_children()
+
+
+def test_tp4_with_ep4_equals_tp1(checkpoints):
+    """Issue 7's CPU stand-in: 4 gloo ranks, one query head and 2 of the 8 routed experts each (EP=4)."""
+    ckpt = ckpt_of(checkpoints, "deepseek-v2-tiny")
+    prompts = random_prompts(4, seed=26, vocab=VOCAB, lo=3, hi=30)
+    assert run(ckpt, prompts, tp=4) == run(ckpt, prompts, tp=1)
+    assert not mp.active_children()
