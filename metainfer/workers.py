@@ -4,15 +4,17 @@
 
 # %% ../nbs/13a_workers.ipynb #c001
 from __future__ import annotations
-import os, sys
+import logging, os, sys, threading
 import multiprocessing as mp
 import torch
 from .config import EngineConfig, ModelConfig
 from .distributed import ParallelInfo, init_tensor_parallel, destroy_tensor_parallel, free_port
 from .runner import ModelRunner, resolve_device, resolve_dtype
 
+log = logging.getLogger("metainfer")
+
 # %% auto #0
-__all__ = ['WorkerDied', 'cpu_threads_per_rank', 'rank_device', 'serve_rank', 'worker_main', 'WorkerGroup',
+__all__ = ['log', 'WorkerDied', 'cpu_threads_per_rank', 'rank_device', 'serve_rank', 'worker_main', 'WorkerGroup',
            'launched_by_torchrun', 'start_tensor_parallel']
 
 # %% ../nbs/13a_workers.ipynb #c004
@@ -51,6 +53,20 @@ class WorkerGroup:
         self.procs = [ctx.Process(target=worker_main, args=(config, model_config, max_model_len, r, size, init_method),
                                   name=f"metainfer-tp{r}", daemon=True) for r in range(1, size)]
         for p in self.procs: p.start()
+        self.stopping = False
+        threading.Thread(target=self._watch, name="metainfer-tp-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        "Say at once when a worker dies: rank 0 may be blocked in an NCCL collective that never returns."
+        from multiprocessing.connection import wait
+        alive = {p.sentinel: (rank, p) for rank, p in enumerate(self.procs, 1)}
+        while alive:
+            for s in wait(list(alive)):
+                rank, p = alive.pop(s)
+                p.join()
+                if not self.stopping and p.exitcode != 0:
+                    log.error(f"tensor-parallel worker rank {rank} died (exit code {p.exitcode}); "
+                              f"rank 0 fails at its next collective or step")
 
     def raise_if_dead(self) -> None:
         "Raise `WorkerDied` if any worker has exited."
@@ -59,6 +75,7 @@ class WorkerGroup:
 
     def stop(self, timeout: float = 10) -> None:
         "Wait for workers to exit (after they were told to), then make sure they do."
+        self.stopping = True
         for p in self.procs: p.join(timeout)
         for p in self.procs:
             if p.is_alive(): p.kill(); p.join()
