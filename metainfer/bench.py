@@ -273,7 +273,7 @@ def bench_main(args) -> dict:
                                                weights, kv_per_token, bw, flops, args.max_num_seqs)
     device, dtype = runner.device, runner.dtype
     llm.shutdown(); del llm, runner
-    import gc; gc.collect()  # the runner and its CUDA graphs refer to each other: free the cycle before the peer loads
+    import gc; gc.collect()  # layers reach themselves through their parameters' weight_loader: collect before the peer loads
     if cuda: torch.cuda.empty_cache()
     if args.mode == "agreement":
         if args.against == "hf":

@@ -66,6 +66,11 @@ class Request:
     stream: bool = True             # text after every step; otherwise only at the end (unless stop strings need it)
     stop_reason: str | None = None
 
+    @property
+    def reports(self) -> bool:
+        "Whether this step's output (and text) is needed: streamed, watching stop strings, or finished."
+        return self.stream or bool(self.seq.params.stop) or self.seq.is_finished
+
 # %% ../nbs/14_engine.ipynb #c010
 class LLMEngine:
     "Continuous-batching engine: `add_request`, `step`, `abort_request`, `has_unfinished_requests`."
@@ -175,7 +180,7 @@ def step(self: LLMEngine) -> list[RequestOutput]:
     self.stats[f"{kind}_tokens"] += sum(len(s) - s.num_cached_tokens for s in batch.seqs) if batch.is_prefill else len(batch.seqs)
     self.scheduler.postprocess(batch, token_ids)
     reqs = [self._by_seq[s.seq_id] for s in batch.seqs]
-    outputs = [self._output(r) for r in reqs if r.stream or r.seq.params.stop or r.seq.is_finished]
+    outputs = [self._output(r) for r in reqs if r.reports]
     for o in outputs:
         if o.finished: del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
     return outputs
@@ -194,7 +199,7 @@ def _run(self: LLMEngine, batch) -> list[int]:
 
 def _output(self: LLMEngine, req: Request) -> RequestOutput:
     seq, text = req.seq, ""
-    if req.detok is not None and (req.stream or seq.params.stop or seq.is_finished):
+    if req.detok is not None and req.reports:
         req.detok.add(seq.completion_token_ids, final=seq.is_finished)
         text = req.detok.text
         hit = min(((text.find(s), s) for s in seq.params.stop if s in text), default=None)

@@ -14,7 +14,7 @@ from .runner import ModelRunner, resolve_device, resolve_dtype
 log = logging.getLogger("metainfer")
 
 # %% auto #0
-__all__ = ['log', 'WorkerDied', 'cpu_threads_per_rank', 'rank_device', 'serve_rank', 'worker_main', 'WorkerGroup',
+__all__ = ['log', 'WorkerDied', 'cpu_threads_per_rank', 'rank_device', 'serve_rank', 'join_group', 'worker_main', 'WorkerGroup',
            'launched_by_torchrun', 'start_tensor_parallel']
 
 # %% ../nbs/13a_workers.ipynb #c004
@@ -35,13 +35,17 @@ def serve_rank(runner: ModelRunner) -> None:
     "Run every step rank 0 sends, until it sends `None`."
     while (step := runner.tp.control.recv()) is not None: runner.execute(step)
 
+def join_group(config: EngineConfig, model_config: ModelConfig, rank: int, size: int, init_method: str) -> ParallelInfo:
+    "Join the tensor-parallel group as `rank`, on this rank's device (with a fair share of CPU threads on a CPU)."
+    device = rank_device(config, rank)
+    if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
+    return init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device),
+                                expert_size=config.expert_parallel_size)
+
 def worker_main(config: EngineConfig, model_config: ModelConfig, max_model_len: int, rank: int, size: int,
                 init_method: str) -> None:
     "Entry point of a spawned worker process."
-    device = rank_device(config, rank)
-    if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
-    tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device),
-                              expert_size=config.expert_parallel_size)
+    tp = join_group(config, model_config, rank, size, init_method)
     try: serve_rank(ModelRunner(config, model_config, max_model_len, tp))
     finally: destroy_tensor_parallel()
 
@@ -97,10 +101,7 @@ def start_tensor_parallel(config: EngineConfig, model_config: ModelConfig,
     else:
         rank, init_method = 0, f"tcp://127.0.0.1:{free_port()}"
         workers = WorkerGroup(config, model_config, max_model_len, init_method)
-    device = rank_device(config, rank)
-    if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
-    try: tp = init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device),
-                              expert_size=config.expert_parallel_size)
+    try: tp = join_group(config, model_config, rank, size, init_method)
     except Exception:
         if workers: workers.stop(0)
         raise
