@@ -222,7 +222,7 @@ def bench_main(args) -> dict:
     from metainfer import LLM
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     llm = LLM(args.model, tensor_parallel_size=args.tensor_parallel_size, dtype=args.dtype, device=args.device,
-              enforce_eager=args.enforce_eager, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+              enforce_eager=args.enforce_eager, disable_custom_all_reduce=args.disable_custom_all_reduce, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
               gpu_memory_utilization=args.gpu_memory_utilization)
     runner, cfg = llm.engine.runner, llm.engine.model_config
     cuda = runner.device.type == "cuda"
@@ -323,6 +323,7 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--dtype", default="auto"); p.add_argument("--device", default="auto")
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--disable-custom-all-reduce", action="store_true", help="TP on GPU: NCCL only")
     p.add_argument("--batch-size", type=int, default=1); p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--num-seqs", type=int, default=256); p.add_argument("--min-len", type=int, default=100)

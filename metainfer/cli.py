@@ -4,7 +4,7 @@
 
 # %% ../nbs/15_cli.ipynb #c001
 from __future__ import annotations
-import argparse, os, sys, time
+import argparse, faulthandler, os, signal, sys, time
 from pathlib import Path
 
 # %% auto #0
@@ -67,6 +67,7 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--num-kv-blocks", type=int, default=None, help="KV pool size in blocks (default: from memory)")
     s.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    s.add_argument("--disable-custom-all-reduce", action="store_true", help="TP on GPU: NCCL only")
     s.add_argument("--dtype", default="auto")
     s.add_argument("--device", default="auto")
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv   # benchmarks record the exact command
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints where the process waits
     if args.command == "generate" and not args.prompt:
         args.prompt = ["The path of a token through an inference engine", "Hello, my name is"]
     args.func(args)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13a_workers.ipynb #c001
 from __future__ import annotations
-import logging, os, sys, threading
+import faulthandler, logging, os, signal, sys, threading
 import multiprocessing as mp
 import torch
 from .config import EngineConfig, ModelConfig
@@ -40,11 +40,12 @@ def join_group(config: EngineConfig, model_config: ModelConfig, rank: int, size:
     device = rank_device(config, rank)
     if device.type == "cpu": torch.set_num_threads(cpu_threads_per_rank(size))
     return init_tensor_parallel(rank, size, init_method, device, dtype=resolve_dtype(config.dtype, model_config, device),
-                                expert_size=config.expert_parallel_size)
+                                symm_mem=not config.disable_custom_all_reduce, expert_size=config.expert_parallel_size)
 
 def worker_main(config: EngineConfig, model_config: ModelConfig, max_model_len: int, rank: int, size: int,
                 init_method: str) -> None:
     "Entry point of a spawned worker process."
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints where a stuck rank waits
     tp = join_group(config, model_config, rank, size, init_method)
     try: serve_rank(ModelRunner(config, model_config, max_model_len, tp))
     finally: destroy_tensor_parallel()

@@ -15,7 +15,7 @@ and start the device command with
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=$PWD:/tmp/site Each stage's JSON/PNG files land under
 $OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
 """
-import json, os, shutil, subprocess, sys, tarfile, time
+import json, os, shutil, signal, subprocess, sys, tarfile, time
 from pathlib import Path
 
 OUT = Path(os.environ.get("OUT", "/tmp/out")); RES = OUT / "results"; RES.mkdir(parents=True, exist_ok=True)
@@ -25,16 +25,29 @@ PY = sys.executable
 summary = []
 
 
-def sh(cmd: str, timeout: int = 580) -> int:
+T0, DEADLINE = time.time(), float(os.environ.get("DEADLINE", 570))  # seconds this call may take in all
+
+
+def sh(cmd: str, timeout: float = 580) -> int:
+    "Run `cmd`; past `timeout`, every process of it prints its Python stacks (SIGUSR1: faulthandler) and is killed."
     print(f"\n$ {cmd}", flush=True)
     t = time.time()
-    r = subprocess.run(cmd, shell=True, timeout=timeout)
-    summary.append(f"{'ok ' if r.returncode == 0 else 'FAIL'} {time.time() - t:6.1f}s  {cmd[:150]}")
-    return r.returncode
+    timeout = min(timeout, DEADLINE - (t - T0))
+    if timeout < 20:
+        summary.append(f"SKIP (no time left)  {cmd[:150]}"); return "SKIPPED"
+    p = subprocess.Popen(cmd, shell=True, start_new_session=True)
+    try: rc = p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        print(f"\n!!! timeout after {timeout:.0f}s: stacks of every process follow", flush=True)
+        os.killpg(p.pid, signal.SIGUSR1); time.sleep(5)
+        os.killpg(p.pid, signal.SIGKILL); rc = p.wait()
+        rc = "TIMEOUT"
+    summary.append(f"{'ok ' if rc == 0 else 'FAIL' if rc != 'TIMEOUT' else 'HUNG'} {time.time() - t:6.1f}s  {cmd[:150]}")
+    return rc
 
 
-def bench(args: str) -> int:
-    rc = sh(f"{PY} -m metainfer bench {args} --out {RES}")
+def bench(args: str, timeout: float = 300) -> int:
+    rc = sh(f"{PY} -m metainfer bench {args} --out {RES}", timeout)
     for f in RES.glob("*"): shutil.copy(f, KEEP / f.name)
     with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")  # survives a kill
     return rc
@@ -82,27 +95,31 @@ def stage_tp2_serve():
 
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
-    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf")
+    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf", 300)
 
 
 def stage_tp2():
+    "TP=2 with CUDA graphs: agreement with TP=1 (a stored TP=1 run on the same seeded weights), then B=1 speed."
     m = checkpoint("Qwen3-8B")
-    ref = next((p for p in (KEEP / "agreement-qwen3-8b-b1.json", Path(".whl/agreement-qwen3-8b-b1.json")) if p.exists()), None)
+    ref = next((p for p in (KEEP / "agreement-qwen3-8b-b1.json", Path("docs/benchmarks/h200-2026-11-29/run2-agreement-qwen3-8b-b1.json")) if p.exists()), None)
     if ref is None:
         ref = KEEP / "agreement-qwen3-8b-b1.json"
-        bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}")
-    bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-qwen3-8b-tp2-vs-tp1")
-    bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile")
+        bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}", 150)
+    agree = f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref}"
+    rc = bench(f"{agree} --name agreement-qwen3-8b-tp2-vs-tp1", 150)
+    if rc == "TIMEOUT":  # bisect: the same with NCCL for every all-reduce
+        rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
+    if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile", 150)
 
 
 def stage_tp2_eager():
     "TP=2 without CUDA graphs: separates graph capture from communication (the graphs run hung on 2026-11-29)."
     m = checkpoint("Qwen3-8B")
-    bench(f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp2-eager")
+    bench(f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp2-eager", 120)
 
 
 def stage_allreduce():
-    bench("allreduce -tp 2 --name allreduce-2xh200")
+    bench("allreduce -tp 2 --name allreduce-2xh200", 90)
 
 
 def stage_serve():
