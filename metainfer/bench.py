@@ -12,7 +12,7 @@ import torch
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
            'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'engine_top1', 'hf_top1', 'decisive',
-           'agreement', 'kernel_category', 'profile_steps', 'environment', 'plot_bars', 'bench_main',
+           'agreement', 'kernel_category', 'idle_split', 'profile_steps', 'environment', 'plot_bars', 'bench_main',
            'add_bench_arguments', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
@@ -169,7 +169,7 @@ def agreement(ours: list[list[int]], ref: list[list[int]], mask: list[list[bool]
             "agree": sum(a == b for a, b in pairs), "agreement": sum(a == b for a, b in pairs) / max(1, len(pairs))}
 
 # %% ../nbs/18_bench.ipynb #c022
-CATEGORIES = {"attention": ("attn", "attention", "paged", "store_kv", "flash", "fmha", "sdpa"),
+CATEGORIES = {"attention": ("attn", "attention", "paged", "store_kv", "flash", "fmha", "sdpa", "decode", "prefill"),
               "gemm": ("gemm", "gemv", "matmul", "cutlass", "sm90_", "nvjet", "cublas", "splitk", "xmma"),
               "communication": ("nccl", "all_reduce", "allreduce", "symm", "one_shot", "multimem", "cross_device")}
 
@@ -177,24 +177,38 @@ def kernel_category(name: str) -> str:
     n = name.lower()
     return next((c for c, keys in CATEGORIES.items() if any(k in n for k in keys)), "other")
 
+def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) -> dict:
+    "GPU idle between kernels (µs intervals): short gaps (launch latency inside a step) vs long ones (waiting for the host)."
+    short = long = 0.0
+    intervals = sorted(intervals)
+    end = intervals[0][1] if intervals else 0.0
+    for s, e in intervals[1:]:
+        if s > end: short, long = (short + s - end, long) if s - end < host_gap_us else (short, long + s - end)
+        end = max(end, e)
+    return {"short_gaps_s": short / 1e6, "host_waits_s": long / 1e6, "kernels": len(intervals)}
+
 def profile_steps(engine, steps: int = 16) -> dict:
-    "GPU time by category over `steps` engine steps (requests must be running), and the idle share."
+    "GPU time by category over `steps` engine steps (requests must be running), the idle share and what it is made of."
     from torch.profiler import profile, ProfilerActivity
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:  # no CPU tracing: it would slow the host it measures
         start = time.perf_counter()
         for _ in range(steps): engine.step()
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
-    kernels = {}
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0)
-        if t > 0 and e.device_type == torch.autograd.DeviceType.CUDA: kernels[e.key] = kernels.get(e.key, 0) + t / 1e6
+    kernels, intervals = {}, []
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA or e.time_range.end <= e.time_range.start: continue
+        kernels[e.name] = kernels.get(e.name, 0) + (e.time_range.end - e.time_range.start) / 1e6
+        intervals.append((e.time_range.start, e.time_range.end))
     by_cat = {c: 0.0 for c in (*CATEGORIES, "other")}
     for k, t in kernels.items(): by_cat[kernel_category(k)] += t
     busy = sum(by_cat.values())
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
-    return {"wall_s": wall, "gpu_busy_s": busy, "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
+    gaps = idle_split(intervals)
+    return {"wall_s": wall, "steps": steps, "gpu_busy_s": busy, "kernels_per_step": gaps["kernels"] / steps,
+            "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
+            "idle_s": {"short_gaps": gaps["short_gaps_s"], "host_waits": gaps["host_waits_s"]},
             "top_kernels": [{"name": k[:120], "s": t, "share": t / wall} for k, t in top]}
 
 # %% ../nbs/18_bench.ipynb #c025
@@ -296,8 +310,12 @@ def bench_main(args) -> dict:
             res["agreement"] = agreement(res["metainfer"]["top1"], ref)
         res["against"] = args.against
     if args.peer == "hf" and args.mode == "latency":
-        res["peers"] = {f"hf_{'compile' if c else 'eager'}": hf_decode_rate(args.model, args.input_len, args.output_len, c)
-                        for c in (False, True)}
+        res["peers"] = {}
+        for c in ("compile" in m for m in args.peer_modes.split(",")):  # a peer that fails (e.g. torch.compile of a model it can't trace) is reported, not fatal
+            try: res["peers"][f"hf_{'compile' if c else 'eager'}"] = hf_decode_rate(args.model, args.input_len, args.output_len, c)
+            except Exception as e: res.setdefault("peer_errors", {})[f"hf_{'compile' if c else 'eager'}"] = f"{type(e).__name__}: {e}"[:500]
+            gc.collect()
+            if cuda: torch.cuda.empty_cache()
     name = args.name or f"{args.mode}-{Path(args.model).name}-tp{args.tensor_parallel_size}"
     (out / f"{name}.json").write_text(json.dumps(res, indent=1))
     if args.mode == "agreement": pass
@@ -331,6 +349,7 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--max-model-len", type=int, default=4096); p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--peer", choices=["none", "hf"], default="none")
+    p.add_argument("--peer-modes", default="eager,compile", help="latency --peer hf: HF eager and/or torch.compile + static cache")
     p.add_argument("--against", default="hf", help="agreement: 'hf', or a JSON file of an earlier agreement run")
     p.add_argument("--control", action="store_true", help="agreement: also compare ours and HF's bf16 with HF in fp32")
     p.add_argument("--profile", action="store_true")

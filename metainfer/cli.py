@@ -4,7 +4,7 @@
 
 # %% ../nbs/15_cli.ipynb #c001
 from __future__ import annotations
-import argparse, faulthandler, os, signal, sys, time
+import argparse, os, sys, time
 from pathlib import Path
 
 # %% auto #0
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv   # benchmarks record the exact command
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints where the process waits
+    from metainfer.distributed import install_stack_dumps
+    install_stack_dumps()
     if args.command == "generate" and not args.prompt:
         args.prompt = ["The path of a token through an inference engine", "Hello, my name is"]
     args.func(args)

@@ -12,7 +12,8 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'check_all_reduce', 'ControlChannel', 'ParallelInfo', 'get_tp',
-           'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel', 'free_port']
+           'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel', 'install_stack_dumps',
+           'free_port']
 
 # %% ../nbs/04_distributed.ipynb #c004
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
@@ -137,10 +138,21 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
     dist.all_reduce(agree, op=dist.ReduceOp.MIN)
     return comm if int(agree) else None
 
-def destroy_tensor_parallel() -> None:
-    "Leave the process group (if any) and go back to world size 1."
-    if dist.is_initialized(): dist.destroy_process_group()
+def destroy_tensor_parallel(timeout_s: float = 60) -> None:
+    "Leave the process group (if any) and go back to world size 1; a teardown stuck past `timeout_s` is abandoned, with a warning."
+    if dist.is_initialized():
+        import threading, logging
+        teardown = threading.Thread(target=dist.destroy_process_group, name="metainfer-pg-teardown", daemon=True)
+        teardown.start(); teardown.join(timeout_s)
+        if teardown.is_alive():
+            logging.getLogger("metainfer").warning(f"process group teardown still waiting after {timeout_s:.0f} s; leaving it")
     set_tp(ParallelInfo())
+
+def install_stack_dumps() -> None:
+    "Hunting a hang: `kill -USR1 PID` prints every thread's stack; `METAINFER_STACKS_AFTER=S` prints them every S seconds."
+    import faulthandler, signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if after := os.environ.get("METAINFER_STACKS_AFTER"): faulthandler.dump_traceback_later(float(after), repeat=True)
 
 def free_port() -> int:
     "A TCP port on loopback that is free right now."

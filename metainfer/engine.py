@@ -115,6 +115,7 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         "Stop the tensor-parallel workers (if any) and leave the process group; idempotent."
+        if "runner" in self.__dict__: self.runner.close()  # graphs go before the process group they captured
         if self.tp.size == 1: return
         try:  # tell the other ranks to stop (spawned workers or torchrun ranks alike)
             if self.workers is not None: self.workers.raise_if_dead()

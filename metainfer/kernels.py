@@ -42,8 +42,10 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, is_neox: bool) -> Tensor:
     out = torch.cat([o1, o2], dim=-1) if is_neox else torch.stack([o1, o2], dim=-1).flatten(-2)
     return torch.cat([out.to(x.dtype), x[..., rot:]], dim=-1)
 
-def rotary_ref(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor, is_neox: bool) -> tuple[Tensor, Tensor]:
-    "Rotate `q` `[T, H, D]` and `k` `[T, Hk, D]` by their `positions` `[T]` (first `rotary_dim` dims only)."
+def rotary_ref(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor, is_neox: bool,
+               q_weight: Tensor | None = None, k_weight: Tensor | None = None, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    "Rotate `q` `[T, H, D]` and `k` `[T, Hk, D]` by their `positions` `[T]` (first `rotary_dim` dims only), after an RMSNorm of each head if given its weights."
+    if q_weight is not None: q, k = rms_norm_ref(q, q_weight, eps), rms_norm_ref(k, k_weight, eps)
     cos, sin = cos_sin_cache[positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, rot/2] each
     return _rotate(q, cos, sin, is_neox), _rotate(k, cos, sin, is_neox)
 
@@ -100,5 +102,8 @@ class RotaryEmbedding(nn.Module):
         inv_freq = rope_inv_freq(rotary_dim, base) if inv_freq is None else inv_freq
         self.register_buffer("cos_sin_cache", rope_cos_sin_cache(inv_freq, max_position), persistent=False)
 
-    def forward(self, positions: Tensor, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        return ops.rotary(q, k, positions, self.cos_sin_cache, self.is_neox)
+    def forward(self, positions: Tensor, q: Tensor, k: Tensor, q_norm: RMSNorm | None = None,
+                k_norm: RMSNorm | None = None) -> tuple[Tensor, Tensor]:
+        "Rotated `q` and `k`; with `q_norm`/`k_norm` (Qwen3), each head is RMS-normalized first, in the same kernel."
+        if q_norm is None: return ops.rotary(q, k, positions, self.cos_sin_cache, self.is_neox)
+        return ops.rotary(q, k, positions, self.cos_sin_cache, self.is_neox, q_norm.weight, k_norm.weight, q_norm.eps)

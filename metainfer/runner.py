@@ -134,6 +134,11 @@ class ModelRunner:
     @property
     def num_kv_blocks(self) -> int: return self.null_block
 
+    def close(self) -> None:
+        "Free the CUDA graphs. Before leaving a process group: NCCL waits for graphs that captured its collectives."
+        if self.graphs is not None: self.graphs.release()
+        self.graphs = None
+
 # %% ../nbs/13_runner.ipynb #c017
 @dataclass
 class StepInput:
@@ -225,6 +230,12 @@ class DecodeGraphs:
             self.graphs[b], pool = graph, graph.pool()
         log.info(f"rank {runner.tp.rank}: captured {len(self.buckets)} decode graphs (batch <= {max_batch}) "
                  f"in {time.perf_counter() - start:.1f} s")
+
+    def release(self) -> None:
+        "Destroy every captured graph now (not whenever the garbage collector gets to them)."
+        torch.cuda.synchronize()
+        for graph in self.graphs.values(): graph.reset()
+        self.graphs.clear(); self.logits.clear()
 
     def _forward(self, b: int) -> Tensor:
         meta = AttentionMetadata(False, self.slot_mapping[:b], self.context_lens[:b], self.block_tables[:b],

@@ -87,9 +87,10 @@ def add_rms_norm(x: Tensor,         # [..., N]
 
 # %% ../nbs/03a_triton_kernels.ipynb #c017
 @jit
-def _rotate_heads(ptr, t, stride_t, stride_h, n_heads, cos, sin, HALF: tl.constexpr, IS_NEOX: tl.constexpr,
-                  BLOCK_H: tl.constexpr, BLOCK_HALF: tl.constexpr):
-    "Rotate the first `2·HALF` dims of every head of token `t`, in place."
+def _rotate_heads(ptr, w_ptr, t, stride_t, stride_h, n_heads, cos, sin, eps, HEAD_DIM: tl.constexpr,
+                  HALF: tl.constexpr, IS_NEOX: tl.constexpr, HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr,
+                  BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr):
+    "Rotate the first `2·HALF` dims of every head of token `t` in place, after RMSNorm of each head if `HAS_NORM`."
     h, i = tl.arange(0, BLOCK_H), tl.arange(0, BLOCK_HALF)
     if IS_NEOX: first, second = i, i + HALF
     else: first, second = 2 * i, 2 * i + 1
@@ -98,34 +99,55 @@ def _rotate_heads(ptr, t, stride_t, stride_h, n_heads, cos, sin, HALF: tl.conste
     x1 = tl.load(base + first[None, :], mask=mask, other=0.0)
     x2 = tl.load(base + second[None, :], mask=mask, other=0.0)
     x1f, x2f = x1.to(tl.float32), x2.to(tl.float32)
+    if HAS_NORM:  # as rms_norm then rotary: normed rounded to the dtype, times the weight, rounded again
+        j = 2 * HALF + tl.arange(0, BLOCK_TAIL)            # dims past the rotary ones (none for Qwen3)
+        tail_mask = (h < n_heads)[:, None] & (j < HEAD_DIM)[None, :]
+        xt = tl.load(base + j[None, :], mask=tail_mask, other=0.0).to(tl.float32)
+        ss = tl.sum(x1f * x1f, 1) + tl.sum(x2f * x2f, 1) + tl.sum(xt * xt, 1)
+        rstd = (1.0 / tl.sqrt(ss / HEAD_DIM + eps))[:, None]
+        w1 = tl.load(w_ptr + first, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
+        w2 = tl.load(w_ptr + second, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
+        x1f = ((x1f * rstd).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
+        x2f = ((x2f * rstd).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
+        if 2 * HALF < HEAD_DIM:
+            wt = tl.load(w_ptr + j, mask=j < HEAD_DIM, other=0.0).to(tl.float32)[None, :]
+            tl.store(base + j[None, :], ((xt * rstd).to(x1.dtype).to(tl.float32) * wt).to(x1.dtype), mask=tail_mask)
     tl.store(base + first[None, :], (x1f * cos - x2f * sin).to(x1.dtype), mask=mask)
     tl.store(base + second[None, :], (x2f * cos + x1f * sin).to(x1.dtype), mask=mask)
 
 @jit
-def _rotary_kernel(q_ptr, k_ptr, pos_ptr, cache_ptr, stride_qt, stride_qh, stride_kt, stride_kh, n_q_heads,
-                   n_k_heads, stride_cache, HALF: tl.constexpr, IS_NEOX: tl.constexpr, BLOCK_HQ: tl.constexpr,
-                   BLOCK_HK: tl.constexpr, BLOCK_HALF: tl.constexpr):
+def _rotary_kernel(q_ptr, k_ptr, pos_ptr, cache_ptr, qw_ptr, kw_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
+                   n_q_heads, n_k_heads, stride_cache, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
+                   IS_NEOX: tl.constexpr, HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
+                   BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)
     row = cache_ptr + tl.load(pos_ptr + t).to(tl.int64) * stride_cache
     cos = tl.load(row + i, mask=i < HALF, other=0.0)[None, :]
     sin = tl.load(row + HALF + i, mask=i < HALF, other=0.0)[None, :]
-    _rotate_heads(q_ptr, t, stride_qt, stride_qh, n_q_heads, cos, sin, HALF, IS_NEOX, BLOCK_HQ, BLOCK_HALF)
-    _rotate_heads(k_ptr, t, stride_kt, stride_kh, n_k_heads, cos, sin, HALF, IS_NEOX, BLOCK_HK, BLOCK_HALF)
+    _rotate_heads(q_ptr, qw_ptr, t, stride_qt, stride_qh, n_q_heads, cos, sin, eps, HEAD_DIM, HALF, IS_NEOX, HAS_NORM,
+                  BLOCK_HQ, BLOCK_HALF, BLOCK_TAIL)
+    _rotate_heads(k_ptr, kw_ptr, t, stride_kt, stride_kh, n_k_heads, cos, sin, eps, HEAD_DIM, HALF, IS_NEOX, HAS_NORM,
+                  BLOCK_HK, BLOCK_HALF, BLOCK_TAIL)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c018
 def rotary(q: Tensor,              # [T, H, D]
            k: Tensor,              # [T, Hk, D]
            positions: Tensor,      # [T]
            cos_sin_cache: Tensor,  # [max_position, rotary_dim], float32: cos | sin
-           is_neox: bool) -> tuple[Tensor, Tensor]:
-    "Rotate `q` and `k` by their positions, in place (copies first if their last dim is strided); returns them."
+           is_neox: bool,
+           q_weight: Tensor | None = None,  # [D]: RMSNorm each q head first (Qwen3's q_norm)
+           k_weight: Tensor | None = None,  # [D]: the same for k
+           eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    "Rotate `q` and `k` by their positions (after RMSNorm of each head if given the weights), in place; returns them."
     q, k = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k))
-    half = cos_sin_cache.shape[-1] // 2
+    half, D = cos_sin_cache.shape[-1] // 2, q.shape[-1]
     _rotary_kernel[(q.shape[0],)](
-        q, k, positions, cos_sin_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), q.shape[1], k.shape[1],
-        cos_sin_cache.stride(0), HALF=half, IS_NEOX=is_neox, BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
-        BLOCK_HK=triton.next_power_of_2(k.shape[1]), BLOCK_HALF=triton.next_power_of_2(half), num_warps=4)
+        q, k, positions, cos_sin_cache, q_weight, k_weight, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        q.shape[1], k.shape[1], cos_sin_cache.stride(0), eps, HEAD_DIM=D, HALF=half, IS_NEOX=is_neox,
+        HAS_NORM=q_weight is not None, BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
+        BLOCK_HK=triton.next_power_of_2(k.shape[1]), BLOCK_HALF=triton.next_power_of_2(half),
+        BLOCK_TAIL=triton.next_power_of_2(max(1, D - 2 * half)), num_warps=4)
     return q, k
 
 # %% ../nbs/03a_triton_kernels.ipynb #c023

@@ -4,11 +4,11 @@
 
 # %% ../nbs/13a_workers.ipynb #c001
 from __future__ import annotations
-import faulthandler, logging, os, signal, sys, threading
+import logging, os, sys, threading
 import multiprocessing as mp
 import torch
 from .config import EngineConfig, ModelConfig
-from .distributed import ParallelInfo, init_tensor_parallel, destroy_tensor_parallel, free_port
+from .distributed import ParallelInfo, init_tensor_parallel, destroy_tensor_parallel, free_port, install_stack_dumps
 from .runner import ModelRunner, resolve_device, resolve_dtype
 
 log = logging.getLogger("metainfer")
@@ -45,10 +45,14 @@ def join_group(config: EngineConfig, model_config: ModelConfig, rank: int, size:
 def worker_main(config: EngineConfig, model_config: ModelConfig, max_model_len: int, rank: int, size: int,
                 init_method: str) -> None:
     "Entry point of a spawned worker process."
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID` prints where a stuck rank waits
-    tp = join_group(config, model_config, rank, size, init_method)
-    try: serve_rank(ModelRunner(config, model_config, max_model_len, tp))
-    finally: destroy_tensor_parallel()
+    install_stack_dumps()
+    tp, runner = join_group(config, model_config, rank, size, init_method), None
+    try:
+        runner = ModelRunner(config, model_config, max_model_len, tp)
+        serve_rank(runner)
+    finally:
+        if runner is not None: runner.close()  # graphs go before the process group they captured
+        destroy_tensor_parallel()
 
 # %% ../nbs/13a_workers.ipynb #c008
 class WorkerGroup:

@@ -46,10 +46,15 @@ def sh(cmd: str, timeout: float = 580) -> int:
     return rc
 
 
+def keep() -> None:
+    "Results so far into $OUT/results.tar.gz (so they survive a kill) and /tmp/keep (for a later call on this machine)."
+    for f in RES.glob("*"): shutil.copy(f, KEEP / f.name)
+    with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")
+
+
 def bench(args: str, timeout: float = 300) -> int:
     rc = sh(f"{PY} -m metainfer bench {args} --out {RES}", timeout)
-    for f in RES.glob("*"): shutil.copy(f, KEEP / f.name)
-    with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")  # survives a kill
+    keep()
     return rc
 
 
@@ -105,10 +110,12 @@ def stage_tp2():
     if ref is None:
         ref = KEEP / "agreement-qwen3-8b-b1.json"
         bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}", 150)
+    os.environ["METAINFER_STACKS_AFTER"] = "110"  # every rank prints its stacks if a TP run takes this long
     agree = f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref}"
     rc = bench(f"{agree} --name agreement-qwen3-8b-tp2-vs-tp1", 150)
     if rc == "TIMEOUT":  # bisect: the same with NCCL for every all-reduce
         rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
+    os.environ.pop("METAINFER_STACKS_AFTER")
     if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile", 150)
 
 
@@ -129,21 +136,33 @@ def stage_serve():
     server = subprocess.Popen([PY, "-m", "metainfer", "serve", str(m), "--port", str(port), "--max-model-len", "4096",
                                "--served-model-name", "qwen3-8b"])
     try:
-        for _ in range(600):
+        while time.time() - T0 < DEADLINE - 60 and server.poll() is None:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1); break
             except Exception: time.sleep(0.5)
         sh(f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency 1,16,64 --input-len 256 "
-           f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200")
+           f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200", 150)
+        keep()
     finally:
         server.terminate(); server.wait(60)
 
 
 def stage_deepseek():
+    "DeepSeek-V2-Lite on one GPU: agreement with HF, B=1 decode with the HF eager peer (HF's MoE is slow: 128 tokens)."
     m = checkpoint("DeepSeek-V2-Lite")
-    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1")
-    bench(f"latency {m} --batch-size 1 --name latency-dsv2lite-b1 --profile --peer hf")
-    bench(f"throughput {m} --name throughput-dsv2lite")
+    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1", 180)
+    bench(f"latency {m} --batch-size 1 --output-len 128 --name latency-dsv2lite-b1 --profile --peer hf --peer-modes eager", 180)
+
+
+def stage_deepseek_throughput():
+    bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} --name throughput-dsv2lite", 200)
+
+
+def stage_deepseek_tp2():
+    "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (run stage deepseek first, for the TP=1 reference)."
+    m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
+    rc = bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
+    if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
 
 
 if __name__ == "__main__":
