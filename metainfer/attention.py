@@ -11,7 +11,8 @@ from torch import nn, Tensor
 from .kernels import Ops
 
 # %% auto #0
-__all__ = ['attention_ops', 'AttentionMetadata', 'make_metadata', 'KVPool', 'gather_kv', 'TorchAttention', 'Attention']
+__all__ = ['BATCH_BUCKETS', 'attention_ops', 'AttentionMetadata', 'batch_bucket', 'make_metadata', 'KVPool', 'gather_kv',
+           'TorchAttention', 'Attention']
 
 # %% ../nbs/07_attention.ipynb #c004
 @dataclass
@@ -27,6 +28,12 @@ class AttentionMetadata:
     max_seqlen_k: int
 
 # %% ../nbs/07_attention.ipynb #c006
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
+
+def batch_bucket(n: int) -> int:
+    "The batch a decode step of `n` sequences runs at: padded to this size in a CUDA graph, and tuned for it without."
+    return next((b for b in BATCH_BUCKETS if b >= n), n)
+
 def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_lens: list[int], block_size: int,
                   is_prefill: bool, device: torch.device | str = "cpu") -> tuple[Tensor, AttentionMetadata]:
     "Token positions `[T]` and the attention metadata of a step, from each sequence's blocks and lengths."

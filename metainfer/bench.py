@@ -11,9 +11,9 @@ import torch
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
-           'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'engine_top1', 'hf_top1', 'decisive',
-           'agreement', 'kernel_category', 'idle_split', 'profile_steps', 'environment', 'plot_bars', 'bench_main',
-           'add_bench_arguments', 'allreduce_main']
+           'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'top1_and_gap', 'engine_top1',
+           'hf_top1', 'decisive', 'agreement', 'kernel_category', 'idle_split', 'profile_steps', 'environment',
+           'plot_bars', 'bench_main', 'add_bench_arguments', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
 def _time_cuda(fn, iters: int) -> float:
@@ -38,11 +38,15 @@ def gemm_flops(device: torch.device, n: int = 8192, dtype: torch.dtype = torch.b
     return 2 * n**3 / _time_cuda(lambda: a @ b, iters)
 
 # %% ../nbs/18_bench.ipynb #c006
-def streamed_weight_bytes(model: torch.nn.Module, tied: bool) -> int:
-    "Weight bytes one decode step reads (per rank)."
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    embed = model.model.embed_tokens.weight
-    return total if tied else total - embed.numel() * embed.element_size()
+def streamed_weight_bytes(model: torch.nn.Module, tied: bool, batch: int = 1, experts_per_token: float = 1.0) -> int:
+    """Weight bytes a decode step of `batch` tokens reads (per rank). MoE: only the routed experts the tokens pick,
+    `experts_per_token` (top-k / experts) each, expected over uniform routing: `1 - (1 - k/E)^batch` of them."""
+    from metainfer.moe import FusedMoE
+    nbytes = lambda ps: sum(p.numel() * p.element_size() for p in ps)
+    total = nbytes(model.parameters())
+    if not tied: total -= nbytes([model.model.embed_tokens.weight])
+    experts = nbytes(p for m in model.modules() if isinstance(m, FusedMoE) for p in m.parameters())
+    return round(total - experts * (1 - experts_per_token) ** batch)
 
 def decode_roofline(weight_bytes: int, kv_bytes_per_token: int, batch: int, context: int, bandwidth: float) -> dict:
     "The memory-bound limit of decode: tokens/s and step time if every byte moves at `bandwidth`."
@@ -51,7 +55,7 @@ def decode_roofline(weight_bytes: int, kv_bytes_per_token: int, batch: int, cont
     return {"bytes_per_step": step_bytes, "step_s": step_s, "tokens_per_s": batch / step_s}
 
 # %% ../nbs/18_bench.ipynb #c009
-def throughput_bound(input_lens: list[int], output_lens: list[int], params: int, weight_bytes: int,
+def throughput_bound(input_lens: list[int], output_lens: list[int], params: int, weight_bytes,
                      kv_bytes_per_token: int, bandwidth: float, flops: float, max_batch: int) -> dict:
     "Lower bound on the time of an offline workload, and the output tokens/s it allows."
     prefill_s = 2 * params * sum(input_lens) / flops
@@ -59,8 +63,9 @@ def throughput_bound(input_lens: list[int], output_lens: list[int], params: int,
     for wave in range(0, len(order), max_batch):
         seqs = order[wave:wave + max_batch]
         for t in range(max(output_lens[i] for i in seqs)):
-            kv = sum(input_lens[i] + t for i in seqs if output_lens[i] > t)
-            decode_s += (weight_bytes + kv * kv_bytes_per_token) / bandwidth
+            live = [i for i in seqs if output_lens[i] > t]
+            kv = sum(input_lens[i] + t for i in live)
+            decode_s += (weight_bytes(len(live)) + kv * kv_bytes_per_token) / bandwidth
     total = prefill_s + decode_s
     return {"prefill_s": prefill_s, "decode_s": decode_s, "total_s": total, "output_tokens_per_s": sum(output_lens) / total}
 
@@ -130,20 +135,26 @@ def hf_decode_rate(model_dir: str, input_len: int, output_len: int, compile: boo
 
 # %% ../nbs/18_bench.ipynb #c018
 @torch.no_grad()
-def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> list[list[int]]:
-    "Our top-1 prediction after each prompt and after each forced token (prefill, then decode steps)."
+def top1_and_gap(logits: Tensor) -> tuple[list[int], list[float]]:
+    "Each row's top-1 token and its top-2 gap relative to the top logit."
+    top = logits.float().topk(2, dim=-1).values
+    return logits.argmax(-1).tolist(), ((top[:, 0] - top[:, 1]) / top[:, 0].abs()).tolist()
+
+def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+    "Our top-1 prediction (and top-2 gap) after each prompt and after each forced token (prefill, then decode steps)."
     from metainfer.sequence import Sequence, SamplingParams
     from metainfer.scheduler import ScheduledBatch
     engine = llm.engine
     runner, bm = engine.runner, engine.block_manager
     seqs = [Sequence(p, SamplingParams(temperature=0), engine.config.block_size) for p in prompts]
     for s in seqs: bm.allocate(s)
-    preds = [[t] for t in runner.logits(runner.prepare_prefill(ScheduledBatch(seqs, True))).argmax(-1).tolist()]
+    preds, gaps = ([[x] for x in xs] for xs in top1_and_gap(runner.logits(runner.prepare_prefill(ScheduledBatch(seqs, True)))))
     for t in range(len(forced[0]) - 1):
         for s, f in zip(seqs, forced): s.append(f[t]); bm.may_append(s)
-        for p, x in zip(preds, runner.logits(runner.prepare_decode(ScheduledBatch(seqs, False))).argmax(-1).tolist()): p.append(x)
+        for p, g, x, y in zip(preds, gaps, *top1_and_gap(runner.logits(runner.prepare_decode(ScheduledBatch(seqs, False))))):
+            p.append(x); g.append(y)
     for s in seqs: bm.deallocate(s)
-    return preds
+    return preds, gaps
 
 @torch.no_grad()
 def hf_top1(model, prompts: list[list[int]], forced: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
@@ -151,10 +162,8 @@ def hf_top1(model, prompts: list[list[int]], forced: list[list[int]]) -> tuple[l
     preds, gaps = [], []
     for p, f in zip(prompts, forced):
         ids = torch.tensor([p + f[:-1]], device=model.device)
-        logits = model(ids).logits[0, len(p) - 1:].float()
-        top = logits.topk(2, dim=-1).values
-        preds.append(logits.argmax(-1).tolist())
-        gaps.append(((top[:, 0] - top[:, 1]) / top[:, 0].abs()).tolist())
+        top1, gap = top1_and_gap(model(ids).logits[0, len(p) - 1:])
+        preds.append(top1); gaps.append(gap)
     return preds, gaps
 
 def decisive(gaps: list[list[float]], rel: float = 2**-7) -> list[list[bool]]:
@@ -241,7 +250,10 @@ def bench_main(args) -> dict:
     runner, cfg = llm.engine.runner, llm.engine.model_config
     cuda = runner.device.type == "cuda"
     bw = copy_bandwidth(runner.device) if cuda else None
-    weights = streamed_weight_bytes(runner.model, cfg.tie_word_embeddings)
+    k_of_e = cfg.hf["num_experts_per_tok"] / cfg.hf["n_routed_experts"] if cfg.hf.get("n_routed_experts") else 0.0
+    dense, full = (streamed_weight_bytes(runner.model, cfg.tie_word_embeddings, 1, f) for f in (0.0, 1.0))
+    weights_at = lambda batch: round(dense + (full - dense) * (1 - (1 - k_of_e) ** batch))  # MoE: experts picked
+    weights = weights_at(args.batch_size)
     kv_per_token = runner.kv_pool_bytes // (runner.num_kv_blocks * runner.block_size)
     res = {"mode": args.mode, "command": " ".join(["metainfer", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else " ".join(sys.argv),
            "model": {"dir": str(args.model), "architecture": cfg.architecture, "layers": cfg.num_hidden_layers,
@@ -249,12 +261,13 @@ def bench_main(args) -> dict:
            "engine": {"tensor_parallel_size": args.tensor_parallel_size, "dtype": str(runner.dtype), "cuda_graphs": runner.graphs is not None,
                       "kernel_backend": runner.kernel_backend, "kv_blocks": runner.num_kv_blocks, "kv_bytes_per_token": kv_per_token},
            "hardware": environment(runner.device) | ({"copy_bandwidth_Bps": bw} if bw else {}),
-           "weight_bytes_per_step_per_rank": weights, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+           "weight_bytes_per_step_per_rank": weights, "weight_bytes_per_rank": full, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     if cuda: res["gpu_memory_used_bytes"] = [t - f for f, t in map(torch.cuda.mem_get_info, range(torch.cuda.device_count()))]
     if args.mode == "agreement":
         prompts = random_prompts(args.batch_size, 16, args.input_len, cfg.vocab_size, seed=5)
         forced = random_prompts(args.batch_size, args.output_len, args.output_len, cfg.vocab_size, seed=6)
-        res["metainfer"] = {"top1": engine_top1(llm, prompts, forced), "batch": args.batch_size, "positions": args.output_len}
+        top1, gaps = engine_top1(llm, prompts, forced)
+        res["metainfer"] = {"top1": top1, "gap": gaps, "batch": args.batch_size, "positions": args.output_len}
         res["prompts"], res["forced"] = prompts, forced
     elif args.mode == "latency":
         res["metainfer"] = run_latency(llm, args.batch_size, args.input_len, args.output_len)
@@ -283,8 +296,10 @@ def bench_main(args) -> dict:
             flops = gemm_flops(runner.device)
             res["hardware"]["gemm_flops"] = flops
             m = res["metainfer"]
-            res["roofline"] = throughput_bound(m["input_lens"], m["output_lens"], res["model"]["params"] // args.tensor_parallel_size,
-                                               weights, kv_per_token, bw, flops, args.max_num_seqs)
+            expert_params = (full - dense) // runner.dtype.itemsize   # a token's FLOPs use only its k experts
+            active = res["model"]["params"] // args.tensor_parallel_size - round(expert_params * (1 - k_of_e))
+            res["roofline"] = throughput_bound(m["input_lens"], m["output_lens"], active, weights_at, kv_per_token, bw,
+                                               flops, args.max_num_seqs)
     device, dtype = runner.device, runner.dtype
     llm.shutdown(); del llm, runner
     import gc; gc.collect()  # layers reach themselves through their parameters' weight_loader: collect before the peer loads
@@ -306,8 +321,12 @@ def bench_main(args) -> dict:
                 res["control_fp32"] = {"metainfer_vs_hf_fp32": agreement(ours, ref32, decisive(gaps32)),
                                        "hf_bf16_vs_hf_fp32": agreement(ref, ref32, decisive(gaps32))}
         else:
-            ref = json.loads(Path(args.against).read_text())["metainfer"]["top1"]
-            res["agreement"] = agreement(res["metainfer"]["top1"], ref)
+            ref = json.loads(Path(args.against).read_text())["metainfer"]
+            ours = res["metainfer"]["top1"]
+            if "gap" not in ref: res["agreement"] = agreement(ours, ref["top1"])  # an older run, without its gaps
+            else:  # decisive positions of the reference run, as against HF
+                res["agreement"] = agreement(ours, ref["top1"], decisive(ref["gap"]))
+                res["agreement_by_margin"] = {f"gap>{m:g}": agreement(ours, ref["top1"], decisive(ref["gap"], m)) for m in (0, 2**-7, 2**-5, 2**-3)}
         res["against"] = args.against
     if args.peer == "hf" and args.mode == "latency":
         res["peers"] = {}

@@ -4,8 +4,9 @@
 
 # %% ../nbs/04_distributed.ipynb #c001
 from __future__ import annotations
-import os
+import os, pickle, time
 from dataclasses import dataclass
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -62,16 +63,66 @@ def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: to
 
 # %% ../nbs/04_distributed.ipynb #c008
 class ControlChannel:
-    "Rank 0 sends a picklable object to every rank of a CPU (gloo) group."
-    def __init__(self, group=None): self.group = group
+    """Rank 0 sends a picklable object to the other ranks of this host through a shared-memory slot: a sequence
+    number, the payload's size, and one acknowledgement per reader, so a slot is never overwritten while it is read."""
+    def __init__(self, rank: int, size: int, group=None, capacity: int = 4 << 20):
+        import mmap, tempfile
+        self.rank, self.size, self.group, self.capacity = rank, size, group, capacity
+        self.check_peers = None  # rank 0: called about once a second while waiting for readers (may raise)
+        header = 8 * (2 + size)  # seq, nbytes, one ack per rank
+        path = None
+        if rank == 0:
+            fd, path = tempfile.mkstemp(prefix="metainfer-control-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            os.ftruncate(fd, header + capacity); os.close(fd)
+        box = [(path, os.getpid())]
+        dist.broadcast_object_list(box, src=0, group=group)
+        path, self.owner = box[0]
+        with open(path, "r+b") as f: self.mm = mmap.mmap(f.fileno(), header + capacity)
+        dist.barrier(group=group)      # everyone has it mapped: the file can go, so nothing is left behind
+        if rank == 0: os.unlink(path)
+        self.header = np.ndarray((2 + size,), dtype=np.int64, buffer=self.mm)
+        self.payload = memoryview(self.mm)[header:]
+        self.seq = 0
+
+    def _wait(self, ready, check) -> None:
+        "Spin (yielding the CPU) until `ready()`, then poll every ms; call `check` about once a second."
+        start = last = time.perf_counter()
+        while not ready():
+            now = time.perf_counter()
+            time.sleep(0 if now - start < 0.1 else 1e-3)
+            if check is not None and now - last > 0.5: check(); last = now
+
+    def _owner_alive(self) -> None:
+        try: os.kill(self.owner, 0)
+        except ProcessLookupError: raise RuntimeError("tensor-parallel rank 0 exited") from None
 
     def send(self, obj) -> None:
-        dist.broadcast_object_list([obj], src=0, group=self.group)
+        "Rank 0: publish `obj` (once every reader has taken the previous one)."
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self._wait(lambda: bool((self.header[3:] == self.seq).all()), self.check_peers)
+        n = len(data) if len(data) <= self.capacity else -1   # too big for the slot: it goes over the group
+        if n >= 0: self.payload[:n] = data
+        self.header[1] = n
+        self.seq += 1
+        self.header[0] = self.seq     # last: x86 keeps stores in order, so readers see the payload first
+        if n < 0: dist.broadcast_object_list([obj], src=0, group=self.group)
 
     def recv(self):
-        box = [None]
-        dist.broadcast_object_list(box, src=0, group=self.group)
-        return box[0]
+        "Ranks > 0: the next object rank 0 sends."
+        self._wait(lambda: int(self.header[0]) != self.seq, self._owner_alive)
+        self.seq, n = int(self.header[0]), int(self.header[1])
+        obj = pickle.loads(self.payload[:n]) if n >= 0 else None
+        self.header[2 + self.rank] = self.seq   # taken: rank 0 may reuse the slot
+        if n < 0:
+            box = [None]
+            dist.broadcast_object_list(box, src=0, group=self.group)
+            obj = box[0]
+        return obj
+
+    def close(self) -> None:
+        del self.header
+        self.payload.release()
+        self.mm.close()
 
 # %% ../nbs/04_distributed.ipynb #c009
 @dataclass(frozen=True)
@@ -125,7 +176,7 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     control = dist.new_group(backend="gloo") if cuda else None
     comm = TorchDistCommunicator()
     if cuda and symm_mem: comm = fast_communicator(rank, size, device, dtype) or comm
-    return set_tp(ParallelInfo(rank, size, comm, ControlChannel(control), expert_size))
+    return set_tp(ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size))
 
 def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.dtype) -> SymmMemCommunicator | None:
     "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built or gives wrong sums."
@@ -140,6 +191,7 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
 
 def destroy_tensor_parallel(timeout_s: float = 60) -> None:
     "Leave the process group (if any) and go back to world size 1; a teardown stuck past `timeout_s` is abandoned, with a warning."
+    if get_tp().control is not None: get_tp().control.close()
     if dist.is_initialized():
         import threading, logging
         teardown = threading.Thread(target=dist.destroy_process_group, name="metainfer-pg-teardown", daemon=True)

@@ -12,7 +12,7 @@ import torch
 from torch import nn, Tensor
 from .config import EngineConfig, ModelConfig
 from .distributed import ParallelInfo, get_tp
-from .attention import KVPool, AttentionMetadata, make_metadata
+from .attention import KVPool, AttentionMetadata, make_metadata, BATCH_BUCKETS, batch_bucket
 from .loader import load_weights
 from .sampler import sample
 from .scheduler import ScheduledBatch
@@ -179,6 +179,7 @@ def execute(self: ModelRunner, step: StepInput) -> Tensor:
         return self.graphs.replay(step)
     positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.block_size,
                                     step.is_prefill, self.device)
+    if not step.is_prefill: meta.max_seqlen_k = self.max_model_len  # as in the graphs: the same splits, the same sums
     hidden = self.model(torch.tensor(step.input_ids, device=self.device), positions, meta)
     return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
 
@@ -203,8 +204,8 @@ class DecodeGraphs:
         # the runner's parts, not the runner: no reference cycle, so freeing the runner frees the graphs' memory
         self.model, self.block_size, self.max_model_len = runner.model, runner.block_size, runner.max_model_len
         self.null_block, self.max_batch = runner.null_block, max_batch
-        self.buckets = [b for b in (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448) if b < max_batch]
-        self.buckets.append(max_batch)
+        max_batch = batch_bucket(max_batch)  # the largest graph: the bucket that holds `max_batch`
+        self.buckets = [b for b in BATCH_BUCKETS if b < max_batch] + [max_batch]
         dev, n = runner.device, max_batch
         max_blocks = -(-runner.max_model_len // runner.block_size)
         null_slot = runner.null_block * runner.block_size

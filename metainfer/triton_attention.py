@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools, inspect
 import torch
 from torch import Tensor
-from .attention import AttentionMetadata
+from .attention import AttentionMetadata, batch_bucket
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
@@ -186,7 +186,8 @@ def _num_sms(device: torch.device) -> int:
 
 def decode_splits(batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256) -> int:
     "How many pieces to split each context into: about 4 programs per multiprocessor, of at least `min_tokens` each."
-    programs = triton.cdiv(4 * _num_sms(device), batch * kv_heads)
+    # from the bucketed batch, so a step splits (and sums) alike with and without CUDA graphs, which pad to the bucket
+    programs = triton.cdiv(4 * _num_sms(device), batch_bucket(batch) * kv_heads)
     return max(1, min(programs, triton.cdiv(max_context, min_tokens), 128))
 
 def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence

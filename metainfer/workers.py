@@ -110,4 +110,5 @@ def start_tensor_parallel(config: EngineConfig, model_config: ModelConfig,
     except Exception:
         if workers: workers.stop(0)
         raise
+    if workers: tp.control.check_peers = workers.raise_if_dead  # a dead worker never reads: say so, don't wait
     return tp, workers

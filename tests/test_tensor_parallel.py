@@ -55,3 +55,27 @@ def test_exit_leaves_no_children_and_dead_worker_is_reported(checkpoints):
         pids = [p.pid for p in llm.engine.workers.procs]
         llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
     assert not mp.active_children() and not any(psutil.pid_exists(p) for p in pids)
+
+
+def _channel_rank(rank: int, port: int, messages: list, out) -> None:
+    import torch.distributed as dist
+    from metainfer.distributed import ControlChannel
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
+    ch = ControlChannel(rank, 3, capacity=1 << 16)
+    got = [ch.send(m) for m in messages] if rank == 0 else [ch.recv() for _ in messages]
+    ch.close(); dist.destroy_process_group()
+    out.put((rank, got))
+
+
+def test_control_channel_order_and_big_messages():
+    "Every reader gets every message in order, small ones through shared memory, one past the slot over gloo."
+    from metainfer.distributed import free_port
+    messages = [{"step": i, "ids": list(range(i))} for i in range(50)] + [list(range(100_000)), None, "after"]
+    ctx, port = mp.get_context("spawn"), free_port()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_channel_rank, args=(r, port, messages, out)) for r in range(3)]
+    for p in procs: p.start()
+    results = dict(out.get(timeout=60) for _ in procs)
+    for p in procs: p.join(10)
+    assert results[1] == results[2] == messages
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith("metainfer-control-")]  # unlinked once mapped

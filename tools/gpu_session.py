@@ -1,7 +1,9 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, nbtest, tiny, qwen8b, latency-peers, tp2-eager, tp2, allreduce, serve, deepseek.
+Stages: env, nbtest, tiny, qwen8b, qwen-agreement, latency-peers, latency-eager, throughput, graphs-identity, tp2-eager,
+tp2, allreduce, serve, deepseek,
+deepseek-throughput, deepseek-tp2.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
 carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
@@ -100,7 +102,20 @@ def stage_tp2_serve():
 
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
-    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf", 300)
+    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}", 300)
+
+
+def stage_qwen_agreement():
+    "TP=1 teacher-forced agreement with HF bf16 (B=1), keeping our top-2 gaps: TP=2's reference (stage tp2)."
+    bench(f"agreement {checkpoint('Qwen3-8B')} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b1", 120)
+
+
+def stage_latency_eager():
+    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --name latency-qwen3-8b-b1-eager --profile", 90)
+
+
+def stage_throughput():
+    bench(f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b --profile", 120)
 
 
 def stage_tp2():
@@ -117,6 +132,12 @@ def stage_tp2():
         rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
     os.environ.pop("METAINFER_STACKS_AFTER")
     if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile", 150)
+
+
+def stage_graphs_identity():
+    "Greedy tokens with and without CUDA graphs, B=1 and B=16 (issue 4's first acceptance check)."
+    sh(f"{PY} tools/graphs_identity.py {checkpoint('Qwen3-8B')} --out {RES}/graphs-identity-qwen3-8b.json", 200)
+    keep()
 
 
 def stage_tp2_eager():
@@ -160,7 +181,8 @@ def stage_deepseek_throughput():
 
 def stage_deepseek_tp2():
     "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (run stage deepseek first, for the TP=1 reference)."
-    m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
+    m = checkpoint("DeepSeek-V2-Lite")
+    ref = next(p for p in (KEEP / "agreement-dsv2lite-b1.json", Path("docs/benchmarks/h200-2026-11-29/run4-agreement-dsv2lite-b1.json")) if p.exists())
     rc = bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
     if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
 
