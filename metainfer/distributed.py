@@ -124,6 +124,9 @@ class ControlChannel:
         self.payload.release()
         self.mm.close()
 
+    def __getstate__(self) -> dict:  # a pickled copy (say, inside a layer sent to a notebook) is not connected
+        return {"rank": self.rank, "size": self.size}
+
 # %% ../nbs/04_distributed.ipynb #c009
 @dataclass(frozen=True)
 class ParallelInfo:
@@ -202,8 +205,9 @@ def destroy_tensor_parallel(timeout_s: float = 60) -> None:
 
 def install_stack_dumps() -> None:
     "Hunting a hang: `kill -USR1 PID` prints every thread's stack; `METAINFER_STACKS_AFTER=S` prints them every S seconds."
-    import faulthandler, signal
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    import faulthandler, io, signal
+    try: faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (io.UnsupportedOperation, ValueError): return  # stderr is no file (captured, e.g. under pytest): no dumps
     if after := os.environ.get("METAINFER_STACKS_AFTER"): faulthandler.dump_traceback_later(float(after), repeat=True)
 
 def free_port() -> int:
