@@ -9,7 +9,7 @@ from torch import Tensor
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
-__all__ = ['moe_align', 'fused_moe', 'TritonMoE']
+__all__ = ['moe_align', 'moe_align_triton', 'fused_moe', 'TritonMoE']
 
 # %% ../nbs/09d_triton_moe.ipynb #c006
 def moe_align(topk_ids: Tensor, expert_start: int, num_local_experts: int, block_m: int) -> tuple[Tensor, Tensor]:
@@ -30,6 +30,50 @@ def moe_align(topk_ids: Tensor, expert_start: int, num_local_experts: int, block
     tile_start = torch.arange(0, P, block_m, device=dev)
     block_expert = torch.searchsorted(padded.cumsum(0), tile_start, right=True).int()  # El past the last run
     return sorted_ids[:P], block_expert
+
+# %% ../nbs/09d_triton_moe.ipynb #c007b
+@jit
+def _moe_align_kernel(ids_ptr, sorted_ptr, block_expert_ptr, cursor_ptr, n_pairs, expert_start, n_experts, n_rows,
+                      BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr):
+    "One program: padding rows everywhere; pairs counted per expert; runs laid out; each pair to a row of its run."
+    i, e_all = tl.arange(0, BLOCK), tl.arange(0, BLOCK_E)
+    real = e_all < n_experts
+    for r0 in range(0, n_rows, BLOCK):
+        tl.store(sorted_ptr + r0 + i, tl.zeros([BLOCK], tl.int32) + n_pairs, mask=r0 + i < n_rows)
+    tl.store(cursor_ptr + e_all, tl.zeros([BLOCK_E], tl.int32), mask=real)
+    tl.debug_barrier()
+    for p0 in range(0, n_pairs, BLOCK):                                   # count
+        p = p0 + i
+        e = tl.load(ids_ptr + p, mask=p < n_pairs, other=-1).to(tl.int32) - expert_start
+        tl.atomic_add(cursor_ptr + e, tl.full([BLOCK], 1, tl.int32), mask=(p < n_pairs) & (e >= 0) & (e < n_experts))
+    tl.debug_barrier()
+    count = tl.load(cursor_ptr + e_all, mask=real, other=0, volatile=True)   # as the atomics left it (L2)
+    padded = (count + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    end = tl.cumsum(padded, 0)
+    for t0 in range(0, n_rows // BLOCK_M, BLOCK):                        # a tile's expert: runs ending at or before it
+        t = t0 + i
+        before = (end[None, :] <= (t * BLOCK_M)[:, None]) & real[None, :]
+        tl.store(block_expert_ptr + t, tl.sum(before.to(tl.int32), 1), mask=t < n_rows // BLOCK_M)
+    tl.debug_barrier()
+    tl.store(cursor_ptr + e_all, end - padded, mask=real)                # each run's next free row
+    tl.debug_barrier()
+    for p0 in range(0, n_pairs, BLOCK):                                   # scatter
+        p = p0 + i
+        e = tl.load(ids_ptr + p, mask=p < n_pairs, other=-1).to(tl.int32) - expert_start
+        ok = (p < n_pairs) & (e >= 0) & (e < n_experts)
+        row = tl.atomic_add(cursor_ptr + e, tl.full([BLOCK], 1, tl.int32), mask=ok)
+        tl.store(sorted_ptr + row, p, mask=ok)
+
+def moe_align_triton(topk_ids: Tensor, expert_start: int, num_local_experts: int, block_m: int) -> tuple[Tensor, Tensor]:
+    "`moe_align` in one launch (instead of about twenty): the same runs and tiles; within a run, pairs in any order."
+    TK, El, dev = topk_ids.numel(), num_local_experts, topk_ids.device
+    P = -(-(TK + El * (block_m - 1)) // block_m) * block_m
+    sorted_ids = torch.empty(P, dtype=torch.int32, device=dev)
+    block_expert = torch.empty(P // block_m, dtype=torch.int32, device=dev)
+    cursor = torch.empty(El, dtype=torch.int32, device=dev)
+    _moe_align_kernel[(1,)](topk_ids.reshape(-1), sorted_ids, block_expert, cursor, TK, expert_start, El, P,
+                            BLOCK_M=block_m, BLOCK=256, BLOCK_E=triton.next_power_of_2(El), num_warps=4)
+    return sorted_ids, block_expert
 
 # %% ../nbs/09d_triton_moe.ipynb #c009
 @jit
@@ -76,7 +120,7 @@ def fused_moe(x: Tensor,             # [T, D]
     T, D = x.shape
     El, Il, K = gate_up.shape[0], down.shape[2], topk_ids.shape[1]
     block_m = block_m or (16 if T * K <= 512 else 64)
-    sorted_ids, block_expert = moe_align(topk_ids, expert_start, El, block_m)
+    sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m)
     P = sorted_ids.shape[0]
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
