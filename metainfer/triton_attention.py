@@ -140,10 +140,11 @@ def paged_prefill(q: Tensor,              # [T, H, D]
 
 # %% ../nbs/07a_triton_attention.ipynb #c020
 @jit
-def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
-                   stride_qb, stride_qh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale, n_heads, num_splits,
-                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
+                   stride_qb, stride_qh, stride_ob, stride_oh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale,
+                   n_heads, num_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, PAGE: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                   SINGLE: tl.constexpr):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     ctx = tl.load(ctx_ptr + seq)
     split_len = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
@@ -159,10 +160,13 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_ac
     m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, tables_ptr + seq * stride_table, kv_head, start, end,
                         0, stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D,
                         PRECISION)
-    part = (seq * n_heads + head).to(tl.int64) * num_splits + split            # [BLOCK_G] rows of the scratch
-    tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=mask)
-    tl.store(part_m_ptr + part, m, mask=g < GROUP)
-    tl.store(part_l_ptr + part, l, mask=g < GROUP)
+    if SINGLE:  # one piece: the merge would compute acc·1 / (l·1), so write that here and skip it
+        tl.store(out_ptr + seq * stride_ob + head[:, None] * stride_oh + d[None, :], acc / l[:, None], mask=mask)
+    else:
+        part = (seq * n_heads + head).to(tl.int64) * num_splits + split        # [BLOCK_G] rows of the scratch
+        tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=mask)
+        tl.store(part_m_ptr + part, m, mask=g < GROUP)
+        tl.store(part_l_ptr + part, l, mask=g < GROUP)
 
 # %% ../nbs/07a_triton_attention.ipynb #c022
 @jit
@@ -203,16 +207,20 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
     B, H, D = q.shape
     Hk = k_cache.shape[2]
     S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device)
-    part_acc = torch.empty(B, H, S, D, dtype=torch.float32, device=q.device)
-    part_m, part_l = (torch.empty(B, H, S, dtype=torch.float32, device=q.device) for _ in range(2))
-    _decode_kernel[(B, Hk, S)](q, k_cache, v_cache, meta.block_tables, meta.context_lens, part_acc, part_m, part_l,
-                               q.stride(0), q.stride(1), meta.block_tables.stride(0), *_cache_strides(k_cache, v_cache),
-                               scale * LOG2E, H, S, GROUP=H // Hk, BLOCK_G=triton.next_power_of_2(H // Hk),
-                               PAGE=k_cache.shape[1], HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n,
-                               PRECISION=_precision(q.dtype), num_warps=num_warps, num_stages=num_stages)
     out = torch.empty_like(q)
-    _decode_reduce_kernel[(B, H)](part_acc, part_m, part_l, out, H, S, out.stride(0), out.stride(1), HEAD_DIM=D,
-                                  BLOCK_D=triton.next_power_of_2(D), BLOCK_S=triton.next_power_of_2(S), num_warps=1)
+    part_acc = part_m = part_l = None
+    if S > 1:
+        part_acc = torch.empty(B, H, S, D, dtype=torch.float32, device=q.device)
+        part_m, part_l = (torch.empty(B, H, S, dtype=torch.float32, device=q.device) for _ in range(2))
+    _decode_kernel[(B, Hk, S)](q, k_cache, v_cache, meta.block_tables, meta.context_lens, part_acc, part_m, part_l, out,
+                               q.stride(0), q.stride(1), out.stride(0), out.stride(1), meta.block_tables.stride(0),
+                               *_cache_strides(k_cache, v_cache), scale * LOG2E, H, S, GROUP=H // Hk,
+                               BLOCK_G=triton.next_power_of_2(H // Hk), PAGE=k_cache.shape[1], HEAD_DIM=D,
+                               BLOCK_D=_block_d(D), BLOCK_N=block_n, PRECISION=_precision(q.dtype), SINGLE=S == 1,
+                               num_warps=num_warps, num_stages=num_stages)
+    if S > 1:
+        _decode_reduce_kernel[(B, H)](part_acc, part_m, part_l, out, H, S, out.stride(0), out.stride(1), HEAD_DIM=D,
+                                      BLOCK_D=triton.next_power_of_2(D), BLOCK_S=triton.next_power_of_2(S), num_warps=1)
     return out
 
 # %% ../nbs/07a_triton_attention.ipynb #c029
