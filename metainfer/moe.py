@@ -61,13 +61,13 @@ class MoEGate(nn.Module):
         self.topk_method = h.get("topk_method", "noaux_tc" if v3 else "greedy")
         self.norm_topk_prob, self.routed_scaling_factor = bool(h.get("norm_topk_prob")), h.get("routed_scaling_factor", 1.0)
         E = h["n_routed_experts"]
-        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size), requires_grad=False)
+        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size, dtype=torch.float32), requires_grad=False)  # fp32 once, not per step
         self.e_score_correction_bias = None
         if self.topk_method == "noaux_tc":
             self.e_score_correction_bias = nn.Parameter(torch.empty(E, dtype=torch.float32), requires_grad=False)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        logits = F.linear(x.float(), self.weight.float())                                   # [T, E]
+        logits = F.linear(x.float(), self.weight)                                           # [T, E]
         return select_experts(logits, self.top_k, self.scoring_func, self.topk_method, self.n_group, self.topk_group,
                               self.e_score_correction_bias, self.norm_topk_prob, self.routed_scaling_factor)
 
