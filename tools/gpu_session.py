@@ -73,7 +73,7 @@ def stage_env():
 
 
 def stage_nbtest():
-    nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 13_runner 09_qwen 14_engine")
+    nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 09d_triton_moe 09e_triton_mla 13_runner")
     for nb in nbs.split():
         sh(f"{PY} -c \"import sys; from nbdev.test import nbdev_test; sys.argv=['nbdev_test','--flags','cuda','--path','nbs/{nb}.ipynb','--do_print']; nbdev_test()\"")
 
