@@ -104,7 +104,8 @@ class ControlChannel:
         if n >= 0: self.payload[:n] = data
         self.header[1] = n
         self.seq += 1
-        self.header[0] = self.seq     # last: x86 keeps stores in order, so readers see the payload first
+        self.header[0] = self.seq     # last: x86 keeps stores (and loads) in order, so readers see the payload first;
+                                      # a weakly ordered CPU (Arm, e.g. Grace) would need fences around it
         if n < 0: dist.broadcast_object_list([obj], src=0, group=self.group)
 
     def recv(self):
