@@ -79,3 +79,39 @@ def test_control_channel_order_and_big_messages():
     for p in procs: p.join(10)
     assert results[1] == results[2] == messages
     assert not [f for f in os.listdir("/dev/shm") if f.startswith("metainfer-control-")]  # unlinked once mapped
+
+
+
+def _channel_dead_reader(rank: int, port: int, out) -> None:
+    import torch.distributed as dist
+    from metainfer.distributed import ControlChannel
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    pids = [None, None]
+    dist.all_gather_object(pids, os.getpid())
+    ch = ControlChannel(rank, 2)
+    if rank == 1:
+        ch.recv()                                     # takes "first", then dies without taking "second"
+        os._exit(0)
+    def check():
+        if not psutil.pid_exists(pids[1]) or psutil.Process(pids[1]).status() == psutil.STATUS_ZOMBIE:
+            raise RuntimeError("rank 1 is gone")
+    ch.check_peers = check
+    ch.send("first"); ch.send("second")
+    start = time.time()
+    try: ch.send("third")                             # waits for rank 1 to take "second": it never will
+    except RuntimeError as e: out.put(("raised", str(e), time.time() - start))
+    else: out.put(("sent",))
+    out.close(); out.join_thread()                   # flushed: the exit below skips the usual teardown
+    os._exit(0)                                       # (the group's other member is gone)
+
+
+def test_control_channel_sender_notices_a_dead_reader():
+    "Rank 0 waiting on a reader that died gets the error its check raises, within about a second, not a hang."
+    from metainfer.distributed import free_port
+    ctx, port = mp.get_context("spawn"), free_port()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_channel_dead_reader, args=(r, port, out)) for r in range(2)]
+    for p in procs: p.start()
+    result = out.get(timeout=60)
+    for p in procs: p.join(10)
+    assert result[:2] == ("raised", "rank 1 is gone") and result[2] < 5
