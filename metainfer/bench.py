@@ -12,8 +12,8 @@ import torch
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
            'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'top1_and_gap', 'engine_top1',
-           'hf_top1', 'decisive', 'agreement', 'kernel_category', 'idle_split', 'profile_steps', 'environment',
-           'plot_bars', 'bench_main', 'add_bench_arguments', 'allreduce_main']
+           'hf_top1', 'decisive', 'agreement', 'kernel_category', 'idle_split', 'host_profile_steps', 'profile_steps',
+           'environment', 'plot_bars', 'bench_main', 'add_bench_arguments', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
 def _time_cuda(fn, iters: int) -> float:
@@ -196,6 +196,19 @@ def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) 
         end = max(end, e)
     return {"short_gaps_s": short / 1e6, "host_waits_s": long / 1e6, "kernels": len(intervals)}
 
+def host_profile_steps(engine, steps: int = 16, top: int = 25) -> dict:
+    "Where the host spends a step: `steps` engine steps under cProfile, the `top` functions by own time, per step."
+    import cProfile, pstats
+    prof = cProfile.Profile()
+    start = time.perf_counter(); prof.enable()
+    for _ in range(steps): engine.step()
+    prof.disable(); wall = time.perf_counter() - start
+    rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: -kv[1][2])[:top]  # (file, line, name): (cc, n, own, cum, _)
+    return {"wall_us_per_step": wall / steps * 1e6, "note": "under cProfile, which slows Python calls: compare rows, not totals",
+            "top_own_time": [{"function": f"{Path(f).name}:{line}({name})", "calls_per_step": n / steps,
+                              "own_us_per_step": own / steps * 1e6, "cum_us_per_step": cum / steps * 1e6}
+                             for (f, line, name), (_, n, own, cum, _) in rows]}
+
 def profile_steps(engine, steps: int = 16) -> dict:
     "GPU time by category over `steps` engine steps (requests must be running), the idle share and what it is made of."
     from torch.profiler import profile, ProfilerActivity
@@ -272,12 +285,13 @@ def bench_main(args) -> dict:
     elif args.mode == "latency":
         res["metainfer"] = run_latency(llm, args.batch_size, args.input_len, args.output_len)
         if bw: res["roofline"] = decode_roofline(weights, kv_per_token, args.batch_size, args.input_len + args.output_len // 2, bw)
-        if args.profile and cuda:
+        if (args.profile and cuda) or args.host_profile:
             engine = llm.engine
             for i, p in enumerate(random_prompts(args.batch_size, args.input_len, args.input_len, cfg.vocab_size, 7)):
                 engine.add_request(f"prof{i}", p, __import__("metainfer").SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
             engine.step(); engine.step()
-            res["profile"] = profile_steps(engine, 16)
+            if args.profile and cuda: res["profile"] = profile_steps(engine, 16)
+            if args.host_profile: res["host_profile"] = host_profile_steps(engine, 16)
             while engine.has_unfinished_requests(): engine.step()
             del engine
     else:
@@ -371,7 +385,8 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--peer-modes", default="eager,compile", help="latency --peer hf: HF eager and/or torch.compile + static cache")
     p.add_argument("--against", default="hf", help="agreement: 'hf', or a JSON file of an earlier agreement run")
     p.add_argument("--control", action="store_true", help="agreement: also compare ours and HF's bf16 with HF in fp32")
-    p.add_argument("--profile", action="store_true")
+    p.add_argument("--profile", action="store_true", help="GPU kernel time by category, idle split (CUDA profiler)")
+    p.add_argument("--host-profile", action="store_true", help="latency: Python time per step by function (cProfile)")
     p.add_argument("--out", default="docs/benchmarks"); p.add_argument("--name", default=None)
 
 # %% ../nbs/18_bench.ipynb #c030

@@ -111,7 +111,7 @@ def stage_qwen_agreement():
 
 
 def stage_latency_eager():
-    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --name latency-qwen3-8b-b1-eager --profile", 90)
+    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --name latency-qwen3-8b-b1-eager --profile --host-profile", 90)
 
 
 def stage_throughput():
@@ -131,7 +131,7 @@ def stage_tp2():
     if rc == "TIMEOUT":  # bisect: the same with NCCL for every all-reduce
         rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
     os.environ.pop("METAINFER_STACKS_AFTER")
-    if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile", 150)
+    if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
 
 
 def stage_graphs_identity():
