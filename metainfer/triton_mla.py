@@ -55,6 +55,18 @@ def _mla_decode_kernel(q_ptr, cache_ptr, table_ptr, ctx_ptr, o_ptr, lse_ptr, n_h
     tl.store(lse_ptr + (b * n_heads + h) * NUM_SPLITS + split, lse, mask=h < n_heads)
 
 # %% ../nbs/09e_triton_mla.ipynb #c008
+@jit
+def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_heads, stride_ob, stride_oh, stride_os, stride_xb, stride_xh,
+                      R: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr):
+    "One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, empty splits weigh 0."
+    b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    s, r = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_R)
+    lse = tl.load(lse_ptr + (b * n_heads + h) * NUM_SPLITS + s, mask=s < NUM_SPLITS, other=float("-inf"))
+    w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.max(lse, 0)))
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + s[:, None] * stride_os + r[None, :],
+                mask=(s < NUM_SPLITS)[:, None] & (r < R)[None, :], other=0.0)
+    tl.store(out_ptr + b * stride_xb + h * stride_xh + r, tl.sum(o * w[:, None], 0) / tl.sum(w, 0), mask=r < R)
+
 def mla_decode_latent(q: Tensor,             # [B, H, r+dr]: absorbed queries
                       latent_cache: Tensor,  # [num_blocks, PAGE, 1, r+dr]
                       meta: AttentionMetadata,
@@ -75,8 +87,11 @@ def mla_decode_latent(q: Tensor,             # [B, H, r+dr]: absorbed queries
         o.stride(2), scale * math.log2(math.e), R=r, DR=W - r, PAGE=latent_cache.shape[1], NUM_SPLITS=num_splits,
         BLOCK_H=BLOCK_H, BLOCK_R=triton.next_power_of_2(r), BLOCK_DR=max(16, triton.next_power_of_2(W - r)),
         BLOCK_N=16 if r > 256 else 32, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4)
-    weights = torch.exp2(lse - lse.amax(-1, keepdim=True)).nan_to_num(0.0)      # [B, H, S]
-    return ((o * weights[..., None]).sum(2) / weights.sum(-1, keepdim=True)).to(q.dtype)
+    out = torch.empty(B, H, r, dtype=q.dtype, device=q.device)
+    _mla_merge_kernel[(B, H)](o, lse, out, H, o.stride(0), o.stride(1), o.stride(2), out.stride(0), out.stride(1), R=r,
+                              NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
+                              BLOCK_R=triton.next_power_of_2(r), num_warps=4)
+    return out
 
 # %% ../nbs/09e_triton_mla.ipynb #c009
 class TritonMLA:
