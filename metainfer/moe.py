@@ -49,6 +49,9 @@ def select_experts(logits: Tensor, top_k: int, scoring_func: str = "softmax", to
     if norm_topk_prob: weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
     return weights * routed_scaling_factor, ids
 
+moe_ops = Ops(("select_experts", "fused_moe"))  # the MoE kernel table, filled from `TorchMoE` below; until then
+moe_ops.select_experts = select_experts         # the router works already (the cells that follow test it)
+
 # %% ../nbs/09b_moe.ipynb #c012
 class MoEGate(nn.Module):
     "The router: float32 logits, expert scores, grouped top-k, weights."
@@ -68,8 +71,9 @@ class MoEGate(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         logits = F.linear(x.float(), self.weight)                                           # [T, E]
-        return select_experts(logits, self.top_k, self.scoring_func, self.topk_method, self.n_group, self.topk_group,
-                              self.e_score_correction_bias, self.norm_topk_prob, self.routed_scaling_factor)
+        return moe_ops.select_experts(logits, self.top_k, self.scoring_func, self.topk_method, self.n_group,
+                                      self.topk_group, self.e_score_correction_bias, self.norm_topk_prob,
+                                      self.routed_scaling_factor)
 
 # %% ../nbs/09b_moe.ipynb #c013
 def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
@@ -135,9 +139,10 @@ def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor
 class TorchMoE:
     "Pure-torch routed experts: the CPU path and the oracle."
     name = "torch"
+    select_experts = staticmethod(select_experts)
     fused_moe = staticmethod(fused_moe_ref)
 
-moe_ops = Ops(("fused_moe",)).use(TorchMoE())
+moe_ops.use(TorchMoE())
 
 # %% ../nbs/09b_moe.ipynb #c026
 class DeepseekMoE(nn.Module):

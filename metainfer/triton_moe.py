@@ -9,7 +9,66 @@ from torch import Tensor
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
-__all__ = ['moe_align', 'moe_align_triton', 'fused_moe', 'TritonMoE']
+__all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'fused_moe', 'TritonMoE']
+
+# %% ../nbs/09d_triton_moe.ipynb #c004b
+@jit
+def _route_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, stride_l, scale, E: tl.constexpr, N_GROUP: tl.constexpr,
+                  TOPK_GROUP: tl.constexpr, K: tl.constexpr, SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  GROUP_TOP2: tl.constexpr, NORM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+    "One token's experts: scores, (grouped) top-k by repeated arg-max, weights; the experts as a [groups, size] tile."
+    t = tl.program_id(0).to(tl.int64)
+    GS: tl.constexpr = E // N_GROUP
+    gi, j = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_S)
+    valid = (gi < N_GROUP)[:, None] & (j < GS)[None, :]
+    idx = gi[:, None] * GS + j[None, :]                                   # expert id of each cell
+    x = tl.load(logits_ptr + t * stride_l + idx, mask=valid, other=float("-inf")).to(tl.float32)
+    if SIGMOID: scores = 1.0 / (1.0 + tl.exp(-x))
+    else:
+        ex = tl.exp(x - tl.max(tl.max(x, 1), 0))
+        scores = ex / tl.sum(tl.sum(ex, 1), 0)
+    scores = tl.where(valid, scores, 0.0)
+    choice = scores
+    if HAS_BIAS: choice = choice + tl.load(bias_ptr + idx, mask=valid, other=0.0)
+    choice = tl.where(valid, choice, float("-inf"))
+    if TOPK_GROUP < N_GROUP:                                              # keep the best groups only
+        m1 = tl.max(choice, 1)
+        if GROUP_TOP2:                                                    # a group's score: its two best summed
+            first = tl.min(tl.where(choice == m1[:, None], j[None, :], BLOCK_S), 1)
+            gscore = m1 + tl.max(tl.where(j[None, :] == first[:, None], float("-inf"), choice), 1)
+        else: gscore = m1                                                 # or its best
+        gscore = tl.where(gi < N_GROUP, gscore, float("-inf"))
+        keep = gi < 0
+        for _ in tl.static_range(TOPK_GROUP):
+            best = tl.min(tl.where(gscore == tl.max(gscore, 0), gi, BLOCK_G), 0)
+            keep = keep | (gi == best)
+            gscore = tl.where(gi == best, float("-inf"), gscore)
+        choice = tl.where(keep[:, None], choice, float("-inf"))
+    kk = tl.arange(0, BLOCK_K)
+    w, ids = tl.zeros([BLOCK_K], tl.float32), tl.zeros([BLOCK_K], tl.int32)
+    for k in tl.static_range(K):                                          # the k-th best: lowest id on a tie
+        best = tl.min(tl.min(tl.where(choice == tl.max(tl.max(choice, 1), 0), idx, E), 1), 0)
+        w = tl.where(kk == k, tl.sum(tl.sum(tl.where(idx == best, scores, 0.0), 1), 0), w)
+        ids = tl.where(kk == k, best, ids)
+        choice = tl.where(idx == best, float("-inf"), choice)
+    if NORM: w = w / (tl.sum(w, 0) + 1e-20)
+    tl.store(weights_ptr + t * K + kk, w * scale, mask=kk < K)
+    tl.store(ids_ptr + t * K + kk, ids, mask=kk < K)
+
+def select_experts_triton(logits: Tensor, top_k: int, scoring_func: str = "softmax", topk_method: str = "greedy",
+                          n_group: int = 1, topk_group: int = 1, correction_bias: Tensor | None = None,
+                          norm_topk_prob: bool = False, routed_scaling_factor: float = 1.0) -> tuple[Tensor, Tensor]:
+    "`select_experts` in one launch (instead of five to nine torch kernels)."
+    T, E = logits.shape
+    G, TG = (n_group, topk_group) if topk_method != "greedy" else (1, 1)
+    weights = torch.empty(T, top_k, dtype=torch.float32, device=logits.device)
+    ids = torch.empty(T, top_k, dtype=torch.long, device=logits.device)
+    _route_kernel[(T,)](logits, correction_bias, weights, ids, logits.stride(0), routed_scaling_factor, E=E, N_GROUP=G,
+                        TOPK_GROUP=TG, K=top_k, SIGMOID=scoring_func == "sigmoid", HAS_BIAS=correction_bias is not None,
+                        GROUP_TOP2=topk_method == "noaux_tc", NORM=norm_topk_prob, BLOCK_G=triton.next_power_of_2(G),
+                        BLOCK_S=triton.next_power_of_2(E // G), BLOCK_K=triton.next_power_of_2(top_k), num_warps=2)
+    return weights, ids
 
 # %% ../nbs/09d_triton_moe.ipynb #c006
 def moe_align(topk_ids: Tensor, expert_start: int, num_local_experts: int, block_m: int) -> tuple[Tensor, Tensor]:
@@ -140,4 +199,5 @@ def fused_moe(x: Tensor,             # [T, D]
 class TritonMoE:
     "Triton routed experts, with the interface of `TorchMoE`: the GPU backend of the MoE table."
     name = "triton"
+    select_experts = staticmethod(select_experts_triton)
     fused_moe = staticmethod(fused_moe)

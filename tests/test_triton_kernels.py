@@ -20,7 +20,8 @@ from metainfer.runner import select_kernels
 pytest.importorskip("triton")
 
 
-@pytest.mark.parametrize("preset", ["qwen3-tiny", "qwen3-tiny-mqa", "deepseek-v2-tiny"])  # GQA + q/k norm; one KV head; MLA + MoE
+# GQA with q/k norm; one KV head; MLA + MoE with a softmax router; the same with a sigmoid, biased, grouped router
+@pytest.mark.parametrize("preset", ["qwen3-tiny", "qwen3-tiny-mqa", "deepseek-v2-tiny", "deepseek-v3-tiny"])
 def test_triton_backend_equals_torch(preset, checkpoints):
     """Three prompts sharing a 20-token prefix (block size 4: the later prefills hit the prefix cache), 6 tokens each.
 
