@@ -168,6 +168,17 @@ def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, sorted_ptr, block_expert_ptr, weight
              mask=valid[:, None] & (n < N)[None, :])
 
 # %% ../nbs/09d_triton_moe.ipynb #c011
+@jit
+def _moe_sum_kernel(rows_ptr, ids_ptr, out_ptr, expert_start, n_experts, D, K: tl.constexpr, BLOCK_D: tl.constexpr):
+    "Each token's `K` weighted expert rows summed in float32 (rows of experts on other ranks skipped), cast to the output."
+    t = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    acc = tl.zeros([BLOCK_D], tl.float32)
+    for k in tl.static_range(K):
+        e = tl.load(ids_ptr + t * K + k) - expert_start
+        acc += tl.load(rows_ptr + (t * K + k) * D + d, mask=(d < D) & (e >= 0) & (e < n_experts), other=0.0)
+    tl.store(out_ptr + t * D + d, acc, mask=d < D)
+
 def fused_moe(x: Tensor,             # [T, D]
               gate_up: Tensor,       # [El, 2·Il, D]
               down: Tensor,          # [El, D, Il]
@@ -189,12 +200,14 @@ def fused_moe(x: Tensor,             # [T, D]
         x, gate_up, h, sorted_ids, block_expert, topk_weights, El, T * K, K, Il, D, x.stride(0), gate_up.stride(0),
         gate_up.stride(1), h.stride(0), GATED=True, GATHER_TOKENS=True, SCALE=False, BLOCK_M=block_m, BLOCK_N=bn,
         BLOCK_K=bk, PRECISION=precision)
-    out = torch.zeros(T * K, D, dtype=torch.float32, device=x.device)
+    out = torch.empty(T * K, D, dtype=torch.float32, device=x.device)   # rows of other ranks' pairs stay unwritten
     _moe_gemm_kernel[(P // block_m, triton.cdiv(D, bn))](
         h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), El, T * K, K, D, Il, h.stride(0),
         down.stride(0), down.stride(1), out.stride(0), GATED=False, GATHER_TOKENS=False, SCALE=True, BLOCK_M=block_m,
         BLOCK_N=bn, BLOCK_K=bk, PRECISION=precision)
-    return out.view(T, K, D).sum(1).to(x.dtype)
+    y = torch.empty(T, D, dtype=x.dtype, device=x.device)
+    _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, y, expert_start, El, D, K=K, BLOCK_D=256, num_warps=2)
+    return y
 
 class TritonMoE:
     "Triton routed experts, with the interface of `TorchMoE`: the GPU backend of the MoE table."
