@@ -16,8 +16,8 @@ __all__ = ['mla_decode_latent', 'TritonMLA']
 
 # %% ../nbs/09e_triton_mla.ipynb #c006
 @jit
-def _mla_decode_kernel(q_ptr, cache_ptr, table_ptr, ctx_ptr, o_ptr, lse_ptr, n_heads, stride_qb, stride_qh,
-                       stride_cb, stride_ct, stride_tb, stride_ob, stride_oh, stride_os, qk_scale,
+def _mla_decode_kernel(q_ptr, q_pe_ptr, cache_ptr, table_ptr, ctx_ptr, o_ptr, lse_ptr, n_heads, stride_qb, stride_qh,
+                       stride_pb, stride_ph, stride_cb, stride_ct, stride_tb, stride_ob, stride_oh, stride_os, qk_scale,
                        R: tl.constexpr, DR: tl.constexpr, PAGE: tl.constexpr, NUM_SPLITS: tl.constexpr,
                        BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_N: tl.constexpr,
                        PRECISION: tl.constexpr):
@@ -27,9 +27,10 @@ def _mla_decode_kernel(q_ptr, cache_ptr, table_ptr, ctx_ptr, o_ptr, lse_ptr, n_h
     start, end = split * per_split, tl.minimum(ctx, (split + 1) * per_split)
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     r, dr = tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_DR)
-    q_base = q_ptr + b * stride_qb + h[:, None] * stride_qh
-    q_c = tl.load(q_base + r[None, :], mask=(h < n_heads)[:, None] & (r < R)[None, :], other=0.0)            # [BH, BR]
-    q_pe = tl.load(q_base + R + dr[None, :], mask=(h < n_heads)[:, None] & (dr < DR)[None, :], other=0.0)    # [BH, BDR]
+    q_c = tl.load(q_ptr + b * stride_qb + h[:, None] * stride_qh + r[None, :],
+                  mask=(h < n_heads)[:, None] & (r < R)[None, :], other=0.0)                                     # [BH, BR]
+    q_pe = tl.load(q_pe_ptr + b * stride_pb + h[:, None] * stride_ph + dr[None, :],
+                   mask=(h < n_heads)[:, None] & (dr < DR)[None, :], other=0.0)                                  # [BH, BDR]
     m = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     l = tl.zeros((BLOCK_H,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_H, BLOCK_R), dtype=tl.float32)
@@ -67,25 +68,25 @@ def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_heads, stride_ob, stride_oh, st
                 mask=(s < NUM_SPLITS)[:, None] & (r < R)[None, :], other=0.0)
     tl.store(out_ptr + b * stride_xb + h * stride_xh + r, tl.sum(o * w[:, None], 0) / tl.sum(w, 0), mask=r < R)
 
-def mla_decode_latent(q: Tensor,             # [B, H, r+dr]: absorbed queries
+def mla_decode_latent(q: Tensor,             # [B, H, r]: absorbed queries (W_UK folded in)
+                      q_pe: Tensor,          # [B, H, dr]: their rotary part
                       latent_cache: Tensor,  # [num_blocks, PAGE, 1, r+dr]
                       meta: AttentionMetadata,
                       scale: float,
-                      r: int,
                       num_splits: int | None = None) -> Tensor:
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
-    B, H, W = q.shape
-    q = q.contiguous()
+    (B, H, r), dr = q.shape, q_pe.shape[-1]
+    q, q_pe = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, q_pe))  # the two parts: no concatenation
     num_splits = num_splits or max(1, min(16, meta.max_seqlen_k // 512))
     o = torch.empty(B, H, num_splits, r, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
     BLOCK_H = max(16, min(triton.next_power_of_2(H), 32))
     grid = (B, triton.cdiv(H, BLOCK_H), num_splits)
     _mla_decode_kernel[grid](
-        q, latent_cache, meta.block_tables, meta.context_lens, o, lse, H, q.stride(0), q.stride(1),
-        latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0), o.stride(0), o.stride(1),
-        o.stride(2), scale * math.log2(math.e), R=r, DR=W - r, PAGE=latent_cache.shape[1], NUM_SPLITS=num_splits,
-        BLOCK_H=BLOCK_H, BLOCK_R=triton.next_power_of_2(r), BLOCK_DR=max(16, triton.next_power_of_2(W - r)),
+        q, q_pe, latent_cache, meta.block_tables, meta.context_lens, o, lse, H, q.stride(0), q.stride(1),
+        q_pe.stride(0), q_pe.stride(1), latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
+        o.stride(0), o.stride(1), o.stride(2), scale * math.log2(math.e), R=r, DR=dr, PAGE=latent_cache.shape[1],
+        NUM_SPLITS=num_splits, BLOCK_H=BLOCK_H, BLOCK_R=triton.next_power_of_2(r), BLOCK_DR=max(16, triton.next_power_of_2(dr)),
         BLOCK_N=16 if r > 256 else 32, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4)
     out = torch.empty(B, H, r, dtype=q.dtype, device=q.device)
     _mla_merge_kernel[(B, H)](o, lse, out, H, o.stride(0), o.stride(1), o.stride(2), out.stride(0), out.stride(1), R=r,
@@ -104,5 +105,5 @@ class TritonMLA:
     def decode(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
                meta: AttentionMetadata, scale: float) -> Tensor:
         "As `TorchMLA.decode`: `W_UK` into the query, Triton attention over the latents, `W_UV` after: `[B, H, dv]`."
-        q = torch.cat([torch.einsum("bhd,hdr->bhr", q_nope, w_uk), q_pe], dim=-1)     # [B, H, r+dr]
-        return torch.einsum("bhr,hvr->bhv", mla_decode_latent(q, latent_cache, meta, scale, w_uk.shape[-1]), w_uv)
+        q = torch.einsum("bhd,hdr->bhr", q_nope, w_uk)                                 # [B, H, r]
+        return torch.einsum("bhr,hvr->bhv", mla_decode_latent(q, q_pe, latent_cache, meta, scale), w_uv)
