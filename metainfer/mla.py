@@ -66,9 +66,9 @@ class TorchMLA:
     name = "torch"
 
     @staticmethod
-    def store_latent(latent: Tensor, latent_cache: Tensor, slot_mapping: Tensor) -> None:
-        "`latent` `[T, r+dr]` into `latent_cache` `[blocks, block_size, 1, r+dr]` at `slot_mapping`."
-        latent_cache.view(-1, latent.shape[-1])[slot_mapping] = latent
+    def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Tensor) -> None:
+        "Latents `[c | k_pe]` (`[T, r]`, `[T, dr]`) into `latent_cache` `[blocks, block_size, 1, r+dr]` at `slot_mapping`."
+        latent_cache.view(-1, latent_cache.shape[-1])[slot_mapping] = torch.cat([c, k_pe], -1)
 
     @staticmethod
     def prefill(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
@@ -117,11 +117,12 @@ class LatentAttention(nn.Module):
     def bind_kv_cache(self, latent_cache: Tensor) -> None:
         self.latent_cache = latent_cache
 
-    def forward(self, q_nope: Tensor, q_pe: Tensor, latent: Tensor, w_kv_b: Tensor, meta: AttentionMetadata) -> Tensor:
-        "`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, `latent` `[T, r+dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."
+    def forward(self, q_nope: Tensor, q_pe: Tensor, c: Tensor, k_pe: Tensor, w_kv_b: Tensor,
+                meta: AttentionMetadata) -> Tensor:
+        "`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, latents `c` `[T, r]` and `k_pe` `[T, dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."
         dn = q_nope.shape[-1]
         w_uk, w_uv = w_kv_b.view(self.num_heads, -1, self.kv_lora_rank).split([dn, w_kv_b.shape[0] // self.num_heads - dn], 1)
-        mla_ops.store_latent(latent, self.latent_cache, meta.slot_mapping)
+        mla_ops.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping)
         if meta.is_prefill: return mla_ops.prefill(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
         return mla_ops.decode(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
 
@@ -151,5 +152,5 @@ class MLA(nn.Module):
         q_nope, q_pe = q.view(len(x), -1, self.dn + self.dr).split([self.dn, self.dr], -1)   # [T, H, dn], [T, H, dr]
         c, k_pe = self.kv_a_proj_with_mqa(x).split([self.r, self.dr], -1)                    # [T, r], [T, dr]
         q_pe, k_pe = self.rotary_emb(positions, q_pe, k_pe.unsqueeze(1))
-        latent = torch.cat([self.kv_a_layernorm(c), k_pe.squeeze(1)], -1)                    # [T, r+dr]
-        return self.o_proj(self.attn(q_nope, q_pe, latent, self.kv_b_proj.weight, meta).flatten(1))
+        o = self.attn(q_nope, q_pe, self.kv_a_layernorm(c), k_pe.squeeze(1), self.kv_b_proj.weight, meta)  # latent [c | k_pe]
+        return self.o_proj(o.flatten(1))

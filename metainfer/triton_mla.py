@@ -12,7 +12,7 @@ from .mla import TorchMLA
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
-__all__ = ['mla_decode_latent', 'TritonMLA']
+__all__ = ['mla_decode_latent', 'store_latent', 'TritonMLA']
 
 # %% ../nbs/09e_triton_mla.ipynb #c006
 @jit
@@ -94,11 +94,33 @@ def mla_decode_latent(q: Tensor,             # [B, H, r]: absorbed queries (W_UK
                               BLOCK_R=triton.next_power_of_2(r), num_warps=4)
     return out
 
+# %% ../nbs/09e_triton_mla.ipynb #c008b
+@jit
+def _store_latent_kernel(c_ptr, k_pe_ptr, cache_ptr, slot_ptr, stride_c, stride_k, stride_cb, stride_ct,
+                         R: tl.constexpr, DR: tl.constexpr, PAGE: tl.constexpr, BLOCK_R: tl.constexpr,
+                         BLOCK_DR: tl.constexpr):
+    "Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache."
+    t = tl.program_id(0).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    dst = cache_ptr + (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct
+    r, dr = tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_DR)
+    tl.store(dst + r, tl.load(c_ptr + t * stride_c + r, mask=r < R), mask=r < R)
+    tl.store(dst + R + dr, tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR), mask=dr < DR)
+
+def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Tensor) -> None:
+    "As `TorchMLA.store_latent`, in one launch (no concatenation, no scatter)."
+    c, k_pe = (t if t.stride(-1) == 1 else t.contiguous() for t in (c, k_pe))
+    R, DR = c.shape[-1], k_pe.shape[-1]
+    _store_latent_kernel[(c.shape[0],)](c, k_pe, latent_cache, slot_mapping, c.stride(0), k_pe.stride(0),
+                                        latent_cache.stride(0), latent_cache.stride(1), R=R, DR=DR,
+                                        PAGE=latent_cache.shape[1], BLOCK_R=triton.next_power_of_2(R),
+                                        BLOCK_DR=triton.next_power_of_2(DR), num_warps=4)
+
 # %% ../nbs/09e_triton_mla.ipynb #c009
 class TritonMLA:
     "MLA with a Triton absorbed decode, with the interface of `TorchMLA`: the GPU backend of the MLA table."
     name = "triton"
-    store_latent = staticmethod(TorchMLA.store_latent)
+    store_latent = staticmethod(store_latent)
     prefill = staticmethod(TorchMLA.prefill)
 
     @staticmethod
