@@ -111,10 +111,12 @@ class QKVParallelLinear(ColumnParallelLinear):
 # %% ../nbs/05_linear.ipynb #c021
 class RowParallelLinear(LinearBase):
     "`Y = X A` with `A`'s input features split across ranks; partial products are summed by all-reduce."
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo | None = None):
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo | None = None,
+                 reduce_results: bool = True):  # False: return this rank's partial sum (the caller reduces)
         tp = tp or get_tp()
         super().__init__(divide(in_features, tp.size), out_features, bias, 1, tp)
+        self.reduce_results = reduce_results
 
     def forward(self, x: Tensor) -> Tensor:
         y = F.linear(x, self.weight, self.bias if self.tp.rank == 0 else None)
-        return self.tp.all_reduce(y)
+        return self.tp.all_reduce(y) if self.reduce_results else y

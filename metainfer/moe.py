@@ -19,10 +19,10 @@ __all__ = ['moe_ops', 'DeepseekMLP', 'grouped_topk', 'select_experts', 'MoEGate'
 # %% ../nbs/09b_moe.ipynb #c005
 class DeepseekMLP(nn.Module):
     "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
-    def __init__(self, hidden_size: int, intermediate_size: int):
+    def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2)
-        self.down_proj = RowParallelLinear(intermediate_size, hidden_size)
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size, reduce_results=reduce_results)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
@@ -85,9 +85,9 @@ def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
 class FusedMoE(nn.Module):
     "The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size / ep_size)` wide."
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, ep_size: int | None = None,
-                 tp: ParallelInfo | None = None):
+                 tp: ParallelInfo | None = None, reduce_results: bool = True):
         super().__init__()
-        self.tp = tp or get_tp()
+        self.tp, self.reduce_results = tp or get_tp(), reduce_results
         ep = ep_size or self.tp.expert_size or self.tp.size
         width_ranks = divide(self.tp.size, ep)                       # ranks that share one set of experts
         self.num_local_experts = divide(num_experts, ep)
@@ -106,9 +106,10 @@ class FusedMoE(nn.Module):
         if param is self.down_proj: return default_weight_loader(param[e], take(loaded, 1, self.width_start, self.width))
         default_weight_loader(param[e].narrow(0, shard_id * self.width, self.width), take(loaded, 0, self.width_start, self.width))
 
-    def forward(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor) -> Tensor:
-        return self.tp.all_reduce(moe_ops.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids,
-                                                    self.expert_start))
+    def forward(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None) -> Tensor:
+        "This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless `reduce_results=False`."
+        y = moe_ops.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, self.expert_start, add)
+        return self.tp.all_reduce(y) if self.reduce_results else y
 
 # %% ../nbs/09b_moe.ipynb #c019
 def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
@@ -118,8 +119,8 @@ def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
 
 # %% ../nbs/09b_moe.ipynb #c022
 def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor, topk_ids: Tensor,
-                  expert_start: int = 0) -> Tensor:
-    "`Σ_k w_k · expert_{id_k}(x)` over the experts this rank holds (`gate_up` `[El, 2Il, D]`, `down` `[El, D, Il]`)."
+                  expert_start: int = 0, add: Tensor | None = None) -> Tensor:
+    "`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il, D]`, `down` `[El, D, Il]`)."
     El, K = gate_up.shape[0], topk_ids.shape[1]
     local = topk_ids - expert_start
     eid = torch.where((local >= 0) & (local < El), local, El).flatten()     # [T·K]; El: another rank's expert
@@ -134,7 +135,7 @@ def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor
             y = silu_and_mul_ref(x[token[rows]] @ gate_up[e].T) @ down[e].T  # [n, D]
             out.index_add_(0, token[rows], y.float() * topk_weights.flatten()[order[rows], None])
         start += counts[e]
-    return out.to(x.dtype)
+    return (out if add is None else out + add.float()).to(x.dtype)
 
 class TorchMoE:
     "Pure-torch routed experts: the CPU path and the oracle."
@@ -151,10 +152,13 @@ class DeepseekMoE(nn.Module):
         super().__init__()
         h = cfg.hf
         self.gate = MoEGate(cfg)
-        self.experts = FusedMoE(h["n_routed_experts"], cfg.hidden_size, h["moe_intermediate_size"], ep_size)
+        # both parts stop at this rank's partial sum: added together, they need one all-reduce, not two
+        self.experts = FusedMoE(h["n_routed_experts"], cfg.hidden_size, h["moe_intermediate_size"], ep_size,
+                                reduce_results=False)
         n_shared = h.get("n_shared_experts") or 0
-        self.shared_experts = DeepseekMLP(cfg.hidden_size, h["moe_intermediate_size"] * n_shared) if n_shared else None
+        self.shared_experts = (DeepseekMLP(cfg.hidden_size, h["moe_intermediate_size"] * n_shared, reduce_results=False)
+                               if n_shared else None)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = self.experts(x, *self.gate(x))
-        return y if self.shared_experts is None else y + self.shared_experts(x)
+        shared = None if self.shared_experts is None else self.shared_experts(x)
+        return self.experts.tp.all_reduce(self.experts(x, *self.gate(x), add=shared))

@@ -169,14 +169,16 @@ def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, sorted_ptr, block_expert_ptr, weight
 
 # %% ../nbs/09d_triton_moe.ipynb #c011
 @jit
-def _moe_sum_kernel(rows_ptr, ids_ptr, out_ptr, expert_start, n_experts, D, K: tl.constexpr, BLOCK_D: tl.constexpr):
-    "Each token's `K` weighted expert rows summed in float32 (rows of experts on other ranks skipped), cast to the output."
+def _moe_sum_kernel(rows_ptr, ids_ptr, add_ptr, out_ptr, expert_start, n_experts, D, K: tl.constexpr,
+                    HAS_ADD: tl.constexpr, BLOCK_D: tl.constexpr):
+    "Each token's `K` weighted expert rows summed in float32 (other ranks' experts skipped), `+ add`, cast to the output."
     t = tl.program_id(0).to(tl.int64)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     acc = tl.zeros([BLOCK_D], tl.float32)
     for k in tl.static_range(K):
         e = tl.load(ids_ptr + t * K + k) - expert_start
         acc += tl.load(rows_ptr + (t * K + k) * D + d, mask=(d < D) & (e >= 0) & (e < n_experts), other=0.0)
+    if HAS_ADD: acc += tl.load(add_ptr + t * D + d, mask=d < D, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
 def fused_moe(x: Tensor,             # [T, D]
@@ -185,6 +187,7 @@ def fused_moe(x: Tensor,             # [T, D]
               topk_weights: Tensor,  # [T, K] float32
               topk_ids: Tensor,      # [T, K]
               expert_start: int = 0,
+              add: Tensor | None = None,  # [T, D], added to the output (the shared experts' part)
               block_m: int | None = None) -> Tensor:
     "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped GEMMs."
     T, D = x.shape
@@ -206,7 +209,9 @@ def fused_moe(x: Tensor,             # [T, D]
         down.stride(0), down.stride(1), out.stride(0), GATED=False, GATHER_TOKENS=False, SCALE=True, BLOCK_M=block_m,
         BLOCK_N=bn, BLOCK_K=bk, PRECISION=precision)
     y = torch.empty(T, D, dtype=x.dtype, device=x.device)
-    _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, y, expert_start, El, D, K=K, BLOCK_D=256, num_warps=2)
+    if add is not None: add = add.contiguous()
+    _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,
+                                              BLOCK_D=256, num_warps=2)
     return y
 
 class TritonMoE:
