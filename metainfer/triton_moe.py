@@ -177,7 +177,8 @@ def _moe_sum_kernel(rows_ptr, ids_ptr, add_ptr, out_ptr, expert_start, n_experts
     acc = tl.zeros([BLOCK_D], tl.float32)
     for k in tl.static_range(K):
         e = tl.load(ids_ptr + t * K + k) - expert_start
-        acc += tl.load(rows_ptr + (t * K + k) * D + d, mask=(d < D) & (e >= 0) & (e < n_experts), other=0.0)
+        row = tl.load(rows_ptr + (t * K + k) * D + d, mask=d < D, other=0.0)  # unwritten (garbage) if not local:
+        acc += tl.where((e >= 0) & (e < n_experts), row, 0.0)                 # selected away, never multiplied
     if HAS_ADD: acc += tl.load(add_ptr + t * D + d, mask=d < D, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
