@@ -65,7 +65,8 @@ def throughput_bound(input_lens: list[int], output_lens: list[int], params: int,
         for t in range(max(output_lens[i] for i in seqs)):
             live = [i for i in seqs if output_lens[i] > t]
             kv = sum(input_lens[i] + t for i in live)
-            decode_s += (weight_bytes(len(live)) + kv * kv_bytes_per_token) / bandwidth
+            gemm_s = max(weight_bytes(len(live)) / bandwidth, 2 * params * len(live) / flops)  # memory- or compute-bound
+            decode_s += gemm_s + kv * kv_bytes_per_token / bandwidth
     total = prefill_s + decode_s
     return {"prefill_s": prefill_s, "decode_s": decode_s, "total_s": total, "output_tokens_per_s": sum(output_lens) / total}
 
@@ -310,8 +311,8 @@ def bench_main(args) -> dict:
             flops = gemm_flops(runner.device)
             res["hardware"]["gemm_flops"] = flops
             m = res["metainfer"]
-            expert_params = (full - dense) // runner.dtype.itemsize   # a token's FLOPs use only its k experts
-            active = res["model"]["params"] // args.tensor_parallel_size - round(expert_params * (1 - k_of_e))
+            # parameters in a token's matrix products: the streamed weights (no input embedding), its k experts only
+            active = round((dense + (full - dense) * k_of_e) / runner.dtype.itemsize)
             res["roofline"] = throughput_bound(m["input_lens"], m["output_lens"], active, weights_at, kv_per_token, bw,
                                                flops, args.max_num_seqs)
     device, dtype = runner.device, runner.dtype
