@@ -46,7 +46,11 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
     if batch:
         self.running.extend(batch)
         return ScheduledBatch(batch, is_prefill=True)
-    while self.running:
+    bs = self.bm.block_size                      # the common case first: every running sequence fits, none waits
+    if sum(len(s) > len(s.block_table) * bs for s in self.running) <= self.bm.num_free_blocks:
+        for seq in self.running: self.bm.may_append(seq)
+        return ScheduledBatch(list(self.running), is_prefill=False) if self.running else None
+    while self.running:                          # else preempt from the back (the newest) until the rest fit
         seq = self.running.popleft()
         while not self.bm.can_append(seq):
             if not self.running: break
