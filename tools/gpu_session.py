@@ -1,7 +1,7 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, nbtest, tiny, qwen8b, qwen-agreement, latency-peers, latency-eager, throughput, graphs-identity, tp2-eager,
+Stages: env, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput, graphs-identity, tp2-eager,
 tp2, allreduce, serve, deepseek,
 deepseek-throughput, deepseek-tp2.
 
@@ -103,6 +103,11 @@ def stage_tp2_serve():
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
     bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}", 300)
+
+
+def stage_hf_compile_peer():
+    "HF transformers with a static cache + torch.compile in the same run as ours (its compile took > 160 s in run3)."
+    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile", 540)
 
 
 def stage_qwen_agreement():
