@@ -1,9 +1,8 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput, graphs-identity, tp2-eager,
-tp2, allreduce, serve, deepseek,
-deepseek-throughput, deepseek-tp2.
+Stages: env, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
+graphs-identity, tp2-eager, tp2, allreduce, serve, deepseek, deepseek-throughput, deepseek-tp2.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
 carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
