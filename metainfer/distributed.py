@@ -71,8 +71,9 @@ class ControlChannel:
         self.check_peers = None  # rank 0: called about once a second while waiting for readers (may raise)
         header = 8 * (2 + size)  # seq, nbytes, one ack per rank
         path = None
-        if rank == 0:
-            fd, path = tempfile.mkstemp(prefix="metainfer-control-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        if rank == 0:  # in RAM (/dev/shm) where there is one, else the temp folder (the page cache serves it alike)
+            try: fd, path = tempfile.mkstemp(prefix="metainfer-control-", dir="/dev/shm")
+            except OSError: fd, path = tempfile.mkstemp(prefix="metainfer-control-")
             os.ftruncate(fd, header + capacity); os.close(fd)
         box = [(path, os.getpid())]
         dist.broadcast_object_list(box, src=0, group=group)
