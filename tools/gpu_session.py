@@ -11,7 +11,7 @@ carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.
     nbdev==2.4.14 fastcore==1.14.5 execnb==0.1.18 ipython==9.18.1 ipython-pygments-lexers jedi parso \
     matplotlib-inline pexpect ptyprocess prompt_toolkit wcwidth stack_data executing asttokens pure_eval traitlets \
     astunparse fastgit ghapi fastspec watchdog decorator fastapi starlette pydantic pydantic-core uvicorn \
-    annotated-types typing-inspection annotated-doc
+    annotated-types typing-inspection annotated-doc opentelemetry-api
 and start the device command with
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=$PWD:/tmp/site Each stage's JSON/PNG files land under
 $OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
