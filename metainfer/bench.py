@@ -8,6 +8,7 @@ import json, math, random, statistics, sys, time
 from dataclasses import asdict
 from pathlib import Path
 import torch
+from torch import Tensor
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',

@@ -206,31 +206,33 @@ class DecodeGraphs:
         self.null_block, self.max_batch = runner.null_block, max_batch
         max_batch = batch_bucket(max_batch)  # the largest graph: the bucket that holds `max_batch`
         self.buckets = [b for b in BATCH_BUCKETS if b < max_batch] + [max_batch]
-        dev, n = runner.device, max_batch
-        max_blocks = -(-runner.max_model_len // runner.block_size)
-        null_slot = runner.null_block * runner.block_size
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
-        self.slot_mapping = torch.full((n,), null_slot, dtype=torch.long, device=dev)
-        self.context_lens = torch.ones(n, dtype=torch.int32, device=dev)
-        self.block_tables = torch.full((n, max_blocks), runner.null_block, dtype=torch.int32, device=dev)
-        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)          # queries: one per sequence
-        self.cu_seqlens_k = torch.arange(n + 1, dtype=torch.int32, device=dev)        # contexts: filled per step
-        self.null_slot, self.graphs, self.logits = null_slot, {}, {}
-        pin = dev.type == "cuda"
-        self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)      # ids, positions, slots
-        self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
-        self.host_cu_k = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)
-        self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
+        self._allocate_buffers(max_batch, -(-runner.max_model_len // runner.block_size), runner.device)
+        self.graphs, self.logits = {}, {}
         pool, start = None, time.perf_counter()
         for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its memory
             self._forward(b)              # warm-up: compiles kernels, creates library handles
-            torch.cuda.synchronize(dev)
+            torch.cuda.synchronize(runner.device)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool): self.logits[b] = self._forward(b)
             self.graphs[b], pool = graph, graph.pool()
         log.info(f"rank {runner.tp.rank}: captured {len(self.buckets)} decode graphs (batch <= {max_batch}) "
                  f"in {time.perf_counter() - start:.1f} s")
+
+    def _allocate_buffers(self, n: int, max_blocks: int, dev: torch.device) -> None:
+        "The static inputs every graph reads (padded rows: the null block), and their pinned host staging twins."
+        self.null_slot = self.null_block * self.block_size
+        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
+        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
+        self.slot_mapping = torch.full((n,), self.null_slot, dtype=torch.long, device=dev)
+        self.context_lens = torch.ones(n, dtype=torch.int32, device=dev)
+        self.block_tables = torch.full((n, max_blocks), self.null_block, dtype=torch.int32, device=dev)
+        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)          # queries: one per sequence
+        self.cu_seqlens_k = torch.arange(n + 1, dtype=torch.int32, device=dev)        # contexts: filled per step
+        pin = dev.type == "cuda"
+        self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)      # ids, positions, slots
+        self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
+        self.host_cu_k = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)
+        self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
 
     def release(self) -> None:
         "Destroy every captured graph now (not whenever the garbage collector gets to them)."

@@ -1,0 +1,42 @@
+"""The host side of a CUDA-graph decode step (DecodeGraphs.replay's staging), checked on the CPU.
+
+Graphs need a GPU, but what `replay` writes into the graph's static inputs is plain tensor work: it must equal
+what `make_metadata` gives for the same step, and rows padded up to the bucket must point at the null block."""
+import random
+import torch
+from metainfer.attention import make_metadata
+from metainfer.runner import DecodeGraphs, StepInput
+
+
+class _NoGraph:
+    def replay(self): pass
+
+
+def staged(step: StepInput, bucket: int, block_size: int, null_block: int, max_blocks: int) -> DecodeGraphs:
+    g = DecodeGraphs.__new__(DecodeGraphs)                # the buffers and staging of __init__, minus the capture
+    g.block_size, g.null_block, g.buckets = block_size, null_block, [bucket]
+    g._allocate_buffers(bucket, max_blocks, torch.device("cpu"))
+    g.graphs, g.logits = {bucket: _NoGraph()}, {bucket: torch.zeros(bucket, 7)}
+    g.replay(step)
+    return g
+
+
+def test_replay_stages_what_make_metadata_computes():
+    rng, bs, null_block = random.Random(0), 4, 99
+    for n, bucket in ((1, 1), (5, 8), (13, 16)):
+        ctx = [rng.randint(1, 40) for _ in range(n)]
+        tables = [rng.sample(range(null_block), -(-c // bs)) for c in ctx]
+        step = StepInput(False, [rng.randrange(1000) for _ in range(n)], tables, ctx, [1] * n)
+        g = staged(step, bucket, bs, null_block, max_blocks=10)
+        positions, meta = make_metadata(tables, ctx, [1] * n, bs, is_prefill=False)
+        assert g.input_ids[:n].tolist() == step.input_ids
+        assert g.positions[:n].tolist() == positions.tolist()
+        assert g.slot_mapping[:n].tolist() == meta.slot_mapping.tolist()
+        assert g.context_lens[:n].tolist() == ctx
+        assert g.cu_seqlens_k[:n + 1].tolist() == meta.cu_seqlens_k.tolist()
+        for i, t in enumerate(tables): assert g.block_tables[i, :len(t)].tolist() == t
+        # padded rows: one token of context in the null block, so their writes and reads touch nothing real
+        assert g.slot_mapping[n:bucket].tolist() == [null_block * bs] * (bucket - n)
+        assert g.context_lens[n:bucket].tolist() == [1] * (bucket - n)
+        assert g.block_tables[n:bucket, 0].tolist() == [null_block] * (bucket - n)
+        assert g.cu_seqlens_k[n:bucket + 1].tolist() == list(range(sum(ctx), sum(ctx) + bucket - n + 1))
