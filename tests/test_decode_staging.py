@@ -40,3 +40,35 @@ def test_replay_stages_what_make_metadata_computes():
         assert g.context_lens[n:bucket].tolist() == [1] * (bucket - n)
         assert g.block_tables[n:bucket, 0].tolist() == [null_block] * (bucket - n)
         assert g.cu_seqlens_k[n:bucket + 1].tolist() == list(range(sum(ctx), sum(ctx) + bucket - n + 1))
+
+
+def test_graph_decode_path_on_cpu_gives_eager_tokens(checkpoints, monkeypatch):
+    """The whole CUDA-graph decode path on the CPU: `torch.cuda.graph` faked to record nothing and each graph's
+    replay re-running its bucket's forward on the static buffers. Greedy tokens must equal the eager engine's for
+    batches that are padded (3 -> 4 rows) and that shrink as sequences finish."""
+    import contextlib
+    from metainfer import LLM, SamplingParams
+
+    class FakeGraph:
+        def pool(self): return None
+        def reset(self): pass
+        def replay(self): self.run()
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+
+    ckpt = checkpoints("qwen3-tiny")
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8], list(range(10, 40))]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (12, 20, 7)]
+    with LLM(ckpt, dtype="float32", device="cpu", block_size=4) as llm:
+        eager = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+        runner = llm.engine.runner
+        graphs = runner.graphs = DecodeGraphs(runner, 8)        # buckets 1, 2, 4, 8
+        for b, graph in graphs.graphs.items():
+            graph.run = lambda b=b: graphs.logits[b].copy_(graphs._forward(b))
+        replays = []
+        replay = graphs.replay
+        graphs.replay = lambda step: replays.append(len(step.input_ids)) or replay(step)
+        with_graphs = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert with_graphs == eager
+    assert 3 in replays and 2 in replays and 1 in replays   # padded to 4, then 2, then 1 as sequences finish
