@@ -233,6 +233,7 @@ class DecodeGraphs:
         self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
         self.host_cu_k = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)
         self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
+        self.staged_rows: list[tuple[list[int] | None, int]] = [(None, 0)] * n   # (block table, entries staged)
 
     def release(self) -> None:
         "Destroy every captured graph now (not whenever the garbage collector gets to them)."
@@ -256,8 +257,11 @@ class DecodeGraphs:
         self.host_ctx[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
         self.host_cu_k[:b + 1] = torch.tensor([0, *accumulate(step.context_lens + [1] * (b - n))], dtype=torch.int32)
         w = max(map(len, step.block_tables))
-        tables = self.host_tables.numpy()
-        for i, t in enumerate(step.block_tables): tables[i, :len(t)] = t
+        tables, rows = self.host_tables.numpy(), self.staged_rows
+        for i, t in enumerate(step.block_tables):  # a row that holds the same (append-only) list as last step
+            staged = rows[i][1] if rows[i][0] is t else 0   # only needs its new blocks (the list is kept alive
+            if staged < len(t): tables[i, staged:len(t)] = t[staged:]  # here, so its identity is never reused)
+            rows[i] = (t, len(t))
         for dst, src in ((self.input_ids, 0), (self.positions, 1), (self.slot_mapping, 2)):
             dst[:n].copy_(self.host_vec[src, :n], non_blocking=True)
         self.context_lens[:n].copy_(self.host_ctx[:n], non_blocking=True)

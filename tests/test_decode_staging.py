@@ -42,6 +42,21 @@ def test_replay_stages_what_make_metadata_computes():
         assert g.cu_seqlens_k[n:bucket + 1].tolist() == list(range(sum(ctx), sum(ctx) + bucket - n + 1))
 
 
+def test_restaging_writes_only_what_changed_and_still_all_of_it():
+    "Rows keep their block tables between steps; a grown table, a new list in a row and a shorter batch all restage."
+    bs, null_block = 4, 99
+    a, b, c = [1, 2], [3, 4, 5], [6]
+    step1 = StepInput(False, [7, 8, 9], [a, b, c], [6, 10, 2], [1, 1, 1])
+    g = staged(step1, 4, bs, null_block, max_blocks=10)
+    a.append(11)                                          # a grows by a block (its list is the same object)
+    d = [12, 13, 14, 15]                                  # row 1 now holds another sequence, longer than b
+    step2 = StepInput(False, [1, 2], [a, d], [9, 14], [1, 1])
+    g.replay(step2)
+    assert g.block_tables[0, :3].tolist() == [1, 2, 11] and g.block_tables[1, :4].tolist() == [12, 13, 14, 15]
+    _, meta = make_metadata([a, d], [9, 14], [1, 1], bs, is_prefill=False)
+    assert g.slot_mapping[:2].tolist() == meta.slot_mapping.tolist()
+
+
 def test_graph_decode_path_on_cpu_gives_eager_tokens(checkpoints, monkeypatch):
     """The whole CUDA-graph decode path on the CPU: `torch.cuda.graph` faked to record nothing and each graph's
     replay re-running its bucket's forward on the static buffers. Greedy tokens must equal the eager engine's for
