@@ -3,6 +3,7 @@
 Graphs need a GPU, but what `replay` writes into the graph's static inputs is plain tensor work: it must equal
 what `make_metadata` gives for the same step, and rows padded up to the bucket must point at the null block."""
 import random
+import pytest
 import torch
 from metainfer.attention import make_metadata
 from metainfer.runner import DecodeGraphs, StepInput
@@ -57,7 +58,8 @@ def test_restaging_writes_only_what_changed_and_still_all_of_it():
     assert g.slot_mapping[:2].tolist() == meta.slot_mapping.tolist()
 
 
-def test_graph_decode_path_on_cpu_gives_eager_tokens(checkpoints, monkeypatch):
+@pytest.mark.parametrize("preset", ["qwen3-tiny", "deepseek-v2-tiny"])   # paged K/V; MLA's paged latents
+def test_graph_decode_path_on_cpu_gives_eager_tokens(preset, checkpoints, monkeypatch):
     """The whole CUDA-graph decode path on the CPU: `torch.cuda.graph` faked to record nothing and each graph's
     replay re-running its bucket's forward on the static buffers. Greedy tokens must equal the eager engine's for
     batches that are padded (3 -> 4 rows) and that shrink as sequences finish."""
@@ -72,7 +74,7 @@ def test_graph_decode_path_on_cpu_gives_eager_tokens(checkpoints, monkeypatch):
     monkeypatch.setattr(torch.cuda, "graph", lambda graph, pool=None: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
 
-    ckpt = checkpoints("qwen3-tiny")
+    ckpt = checkpoints(preset)
     prompts = [[1, 2, 3, 4, 5], [6, 7, 8], list(range(10, 40))]
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (12, 20, 7)]
     with LLM(ckpt, dtype="float32", device="cpu", block_size=4) as llm:
