@@ -8,6 +8,7 @@ import torch
 from torch import nn, Tensor
 from .config import ModelConfig
 from .kernels import RMSNorm
+from .qwen import DecoderLayer
 from .embedding import VocabParallelEmbedding, ParallelLMHead
 from .attention import AttentionMetadata
 from .mla import MLA, LatentAttention, mla_rotary
@@ -17,18 +18,11 @@ from .moe import DeepseekMLP, DeepseekMoE, is_moe_layer, expert_params_mapping
 __all__ = ['DeepseekDecoderLayer', 'DeepseekModel', 'DeepseekForCausalLM']
 
 # %% ../nbs/09c_deepseek.ipynb #c004
-class DeepseekDecoderLayer(nn.Module):
+class DeepseekDecoderLayer(DecoderLayer):
+    "Qwen's block with MLA attention, and a MoE or a dense MLP."
     def __init__(self, cfg: ModelConfig, i: int, rotary, ep_size: int | None = None):
-        super().__init__()
-        self.self_attn = MLA(cfg, rotary)
-        self.mlp = DeepseekMoE(cfg, ep_size) if is_moe_layer(cfg, i) else DeepseekMLP(cfg.hidden_size, cfg.intermediate_size)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-    def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
-        x, residual = (self.input_layernorm(x), x) if residual is None else self.input_layernorm(x, residual)
-        x, residual = self.post_attention_layernorm(self.self_attn(positions, x, meta), residual)
-        return self.mlp(x), residual
+        mlp = DeepseekMoE(cfg, ep_size) if is_moe_layer(cfg, i) else DeepseekMLP(cfg.hidden_size, cfg.intermediate_size)
+        super().__init__(MLA(cfg, rotary), mlp, cfg.hidden_size, cfg.rms_norm_eps)
 
 # %% ../nbs/09c_deepseek.ipynb #c005
 class DeepseekModel(nn.Module):

@@ -14,7 +14,7 @@ from .embedding import VocabParallelEmbedding, ParallelLMHead
 from .attention import Attention, AttentionMetadata
 
 # %% auto #0
-__all__ = ['QwenAttention', 'QwenMLP', 'QwenDecoderLayer', 'QwenModel', 'QwenForCausalLM']
+__all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'QwenModel', 'QwenForCausalLM']
 
 # %% ../nbs/09_qwen.ipynb #c004
 class QwenAttention(nn.Module):
@@ -50,18 +50,22 @@ class QwenMLP(nn.Module):
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
 
 # %% ../nbs/09_qwen.ipynb #c007
-class QwenDecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
+class DecoderLayer(nn.Module):
+    "Pre-norm block of every model here: norm, attention, residual add fused into the next norm, MLP."
+    def __init__(self, self_attn: nn.Module, mlp: nn.Module, hidden_size: int, eps: float):
         super().__init__()
-        self.self_attn = QwenAttention(cfg, rotary)
-        self.mlp = QwenMLP(cfg)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn, self.mlp = self_attn, mlp
+        self.input_layernorm = RMSNorm(hidden_size, eps)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
 
     def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
         x, residual = (self.input_layernorm(x), x) if residual is None else self.input_layernorm(x, residual)
         x, residual = self.post_attention_layernorm(self.self_attn(positions, x, meta), residual)
         return self.mlp(x), residual
+
+class QwenDecoderLayer(DecoderLayer):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
+        super().__init__(QwenAttention(cfg, rotary), QwenMLP(cfg), cfg.hidden_size, cfg.rms_norm_eps)
 
 # %% ../nbs/09_qwen.ipynb #c008
 class QwenModel(nn.Module):

@@ -90,15 +90,6 @@ def stage_qwen8b():
     bench(f"throughput {m} --name throughput-qwen3-8b")
 
 
-def stage_qwen8b_peers():
-    m = checkpoint("Qwen3-8B")
-    bench(f"latency {m} --batch-size 1 --peer hf --name latency-qwen3-8b-b1-vs-hf")
-
-
-def stage_tp2_serve():
-    stage_tp2(); stage_allreduce(); stage_serve()
-
-
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
     bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}", 300)
