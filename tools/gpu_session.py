@@ -171,7 +171,7 @@ def stage_deepseek():
 
 
 def stage_deepseek_throughput():
-    bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} --name throughput-dsv2lite", 200)
+    bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} --name throughput-dsv2lite --profile", 200)
 
 
 def stage_deepseek_tp2():
