@@ -11,8 +11,8 @@ from torch import nn, Tensor
 from .kernels import Ops
 
 # %% auto #0
-__all__ = ['BATCH_BUCKETS', 'attention_ops', 'AttentionMetadata', 'batch_bucket', 'make_metadata', 'KVPool', 'gather_kv',
-           'TorchAttention', 'Attention']
+__all__ = ['BATCH_BUCKETS', 'attention_ops', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool',
+           'gather_kv', 'TorchAttention', 'Attention']
 
 # %% ../nbs/07_attention.ipynb #c004
 @dataclass
@@ -34,6 +34,11 @@ def batch_bucket(n: int) -> int:
     "The batch a decode step of `n` sequences runs at: padded to this size in a CUDA graph, and tuned for it without."
     return next((b for b in BATCH_BUCKETS if b >= n), n)
 
+def to_device(t: Tensor, device: torch.device | str) -> Tensor:
+    "`t` (on the host) on `device`. To a GPU through pinned memory, without waiting: a blocking copy waits for the stream."
+    device = torch.device(device)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+
 def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_lens: list[int], block_size: int,
                   is_prefill: bool, device: torch.device | str = "cpu") -> tuple[Tensor, AttentionMetadata]:
     "Token positions `[T]` and the attention metadata of a step, from each sequence's blocks and lengths."
@@ -44,9 +49,10 @@ def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_
     seq = torch.repeat_interleave(torch.arange(B), qlen)                            # [T] sequence of each token
     positions = (ctx - qlen)[seq] + torch.arange(len(seq)) - cu_q[seq]              # [T]
     slots = tables[seq, positions // block_size].long() * block_size + positions % block_size
-    meta = AttentionMetadata(is_prefill, slots.to(device), ctx.to(device), tables.to(device), cu_q.to(device),
-                             F.pad(ctx.cumsum(0), (1, 0)).int().to(device), int(qlen.max()), int(ctx.max()))
-    return positions.to(device), meta
+    dev = lambda t: to_device(t, device)
+    meta = AttentionMetadata(is_prefill, dev(slots), dev(ctx), dev(tables), dev(cu_q), dev(F.pad(ctx.cumsum(0), (1, 0)).int()),
+                             int(qlen.max()), int(ctx.max()))
+    return dev(positions), meta
 
 # %% ../nbs/07_attention.ipynb #c010
 class KVPool:

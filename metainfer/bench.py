@@ -4,7 +4,7 @@
 
 # %% ../nbs/18_bench.ipynb #c001
 from __future__ import annotations
-import json, math, random, statistics, sys, time
+import argparse, json, math, random, statistics, sys, time
 from dataclasses import asdict
 from pathlib import Path
 import torch
@@ -84,13 +84,13 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
     llm.generate(random_prompts(batch, input_len, input_len, vocab, seed + 1), SamplingParams(temperature=0, max_tokens=8,
                  ignore_eos=True), use_tqdm=False)  # warm-up
     for i, p in enumerate(random_prompts(batch, input_len, input_len, vocab, seed)): engine.add_request(f"lat{i}", p, params)
-    times, start = [], time.perf_counter()
+    arrivals, start = [], time.perf_counter()   # when each step's tokens reached the caller
     while engine.has_unfinished_requests():
-        t = time.perf_counter(); engine.step(); times.append(time.perf_counter() - t)
-    decode = times[1:]
+        if engine.step(): arrivals.append(time.perf_counter())
+    decode = [b - a for a, b in zip(arrivals, arrivals[1:])]
     tpot = statistics.median(decode)
-    return {"batch": batch, "input_len": input_len, "output_len": output_len, "ttft_s": times[0], "tpot_s": tpot,
-            "tpot_mean_s": statistics.mean(decode), "decode_tokens_per_s": batch / tpot, "steps": len(times),
+    return {"batch": batch, "input_len": input_len, "output_len": output_len, "ttft_s": arrivals[0] - start, "tpot_s": tpot,
+            "tpot_mean_s": statistics.mean(decode), "decode_tokens_per_s": batch / tpot, "steps": len(arrivals),
             "total_s": time.perf_counter() - start}
 
 def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed: int = 0) -> dict:
@@ -260,7 +260,7 @@ def bench_main(args) -> dict:
     from metainfer import LLM
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     llm = LLM(args.model, tensor_parallel_size=args.tensor_parallel_size, dtype=args.dtype, device=args.device,
-              enforce_eager=args.enforce_eager, disable_custom_all_reduce=args.disable_custom_all_reduce, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+              enforce_eager=args.enforce_eager, async_scheduling=args.async_scheduling, disable_custom_all_reduce=args.disable_custom_all_reduce, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
               gpu_memory_utilization=args.gpu_memory_utilization)
     runner, cfg = llm.engine.runner, llm.engine.model_config
     cuda = runner.device.type == "cuda"
@@ -376,6 +376,7 @@ def add_bench_arguments(p) -> None:
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--dtype", default="auto"); p.add_argument("--device", default="auto")
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--disable-custom-all-reduce", action="store_true", help="TP on GPU: NCCL only")
     p.add_argument("--batch-size", type=int, default=1); p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=256)

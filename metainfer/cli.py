@@ -67,6 +67,8 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--num-kv-blocks", type=int, default=None, help="KV pool size in blocks (default: from memory)")
     s.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    s.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
+                   help="prepare the next step while the GPU runs this one (default: on)")
     s.add_argument("--disable-custom-all-reduce", action="store_true", help="TP on GPU: NCCL only")
     s.add_argument("--dtype", default="auto")
     s.add_argument("--device", default="auto")

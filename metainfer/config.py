@@ -104,6 +104,7 @@ class EngineConfig:
     max_model_len: int | None = None        # prompt + completion; None: the config's max_position_embeddings
     enable_prefix_caching: bool = True
     enforce_eager: bool = False             # GPU: no CUDA graphs
+    async_scheduling: bool = True           # prepare step N+1 while the GPU runs step N (read tokens back a step late)
     disable_custom_all_reduce: bool = False # GPU TP: NCCL for every all-reduce (no symmetric-memory one-shot)
     kernel_backend: str = "auto"            # "auto" (Triton on GPU, torch on CPU) | "torch" | "triton"
     seed: int = 0

@@ -5,6 +5,7 @@
 # %% ../nbs/14_engine.ipynb #c001
 from __future__ import annotations
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Iterator
@@ -14,8 +15,8 @@ from .config import EngineConfig, load_model_config
 from .distributed import ParallelInfo, destroy_tensor_parallel
 from .workers import start_tensor_parallel, WorkerDied
 from .sequence import SamplingParams, Sequence, BlockManager
-from .scheduler import Scheduler
-from .runner import ModelRunner
+from .scheduler import Scheduler, ScheduledBatch
+from .runner import ModelRunner, LaunchedStep
 
 # %% auto #0
 __all__ = ['CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'Request', 'LLMEngine', 'add_request', 'abort_request',
@@ -95,8 +96,10 @@ class LLMEngine:
                                    self._eos_ids())
         self.requests: dict[str, Request] = {}
         self._by_seq: dict[int, Request] = {}
+        self.in_flight: LaunchedStep | None = None   # async scheduling: the launched step not read back yet
+        self._last_read = 0.0
         self.stats = {"prefill_steps": 0, "prefill_s": 0.0, "prefill_tokens": 0, "decode_steps": 0, "decode_s": 0.0,
-                      "decode_tokens": 0}  # model time (runner) by kind of step, for benchmarks and /metrics
+                      "decode_tokens": 0}  # time from launch to read-back by kind of step (overlaps not counted twice)
 
     @classmethod
     def from_engine_args(cls, model: str, **kwargs) -> LLMEngine: return cls(EngineConfig(model, **kwargs))
@@ -159,40 +162,66 @@ def abort_request(self: LLMEngine, request_id: str) -> None:
     del self._by_seq[req.seq.seq_id]
     if not req.seq.is_finished: self.scheduler.finish(req.seq, "abort")
 
-def has_unfinished_requests(self) -> bool: return self.scheduler.has_unfinished()
+def has_unfinished_requests(self) -> bool:
+    "Whether any request is waiting or running (a step in flight whose sequences all ended is read back later)."
+    return self.scheduler.has_unfinished()
 
 LLMEngine.add_request, LLMEngine.abort_request, LLMEngine.has_unfinished_requests = add_request, abort_request, has_unfinished_requests
 
 # %% ../nbs/14_engine.ipynb #c013
 def step(self: LLMEngine) -> list[RequestOutput]:
-    "Schedule, run, postprocess; outputs of the streamed requests that advanced and of those that finished."
-    batch = self.scheduler.schedule()
-    if batch is None: return []
-    start = time.perf_counter()
-    try: token_ids = self._run(batch)
-    except BaseException:  # e.g. Ctrl-C, OOM: drop the batch's requests and the cache entries it never filled
-        for seq in batch.seqs:
-            self.block_manager.forget_from(seq, seq.num_cached_tokens if batch.is_prefill else len(seq) - 1)
-            self.abort_request(self._by_seq[seq.seq_id].request_id)
+    "Schedule and launch a batch, read back a launched step; outputs of its streamed requests and finished ones."
+    batch, launched = self.scheduler.schedule(), None
+    done, self.in_flight = self.in_flight, None
+    try:
+        if batch is not None: launched = self._launch(batch)
+        if self.config.async_scheduling: self.in_flight = launched  # read back by the next call, after its launch
+        else: done = launched
+        return self._read_back(done) if done is not None else []
+    except BaseException:
+        self.in_flight = None
+        self._drop([b for b in (done and done.batch, batch) if b is not None])
         raise
+
+def _launch(self: LLMEngine, batch: ScheduledBatch) -> LaunchedStep:
+    "Queue `batch` on every rank; its sequences wait for their new tokens."
     kind = "prefill" if batch.is_prefill else "decode"
     self.stats[f"{kind}_steps"] += 1
-    self.stats[f"{kind}_s"] += time.perf_counter() - start
     self.stats[f"{kind}_tokens"] += sum(len(s) - s.num_cached_tokens for s in batch.seqs) if batch.is_prefill else len(batch.seqs)
-    self.scheduler.postprocess(batch, token_ids)
-    reqs = [self._by_seq[s.seq_id] for s in batch.seqs]
+    with self._naming_dead_workers(): launched = self.runner.launch(batch)
+    self.scheduler.launched(batch)
+    return launched
+
+def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
+    "Wait for a launched step's tokens, hand them to the scheduler, and build the outputs."
+    with self._naming_dead_workers(): token_ids = launched.token_ids()
+    now = time.perf_counter()
+    self.stats["prefill_s" if launched.batch.is_prefill else "decode_s"] += now - max(launched.started, self._last_read)
+    self._last_read = now
+    self.scheduler.postprocess(launched.batch, token_ids)
+    reqs = [r for s in launched.batch.seqs if (r := self._by_seq.get(s.seq_id)) is not None]  # not aborted or done
     outputs = [self._output(r) for r in reqs if r.reports]
     for o in outputs:
         if o.finished: del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
     return outputs
 
-def _run(self: LLMEngine, batch) -> list[int]:
-    "Run a batch on every rank; a dead worker becomes a `WorkerDied` error naming it."
-    if self.workers is None: return self.runner.run(batch)
+def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
+    "After an error: abort the requests of steps not read back, un-caching blocks whose KV may be missing."
+    for batch in batches:
+        for seq in batch.seqs:
+            if (req := self._by_seq.get(seq.seq_id)) is None: continue
+            self.block_manager.forget_from(seq, seq.num_cached_tokens if batch.is_prefill else seq.num_known - 1)
+            self.abort_request(req.request_id)
+
+@contextmanager
+def _naming_dead_workers(self: LLMEngine):
+    "An error caused by a dead tensor-parallel worker becomes a `WorkerDied` naming it."
+    if self.workers is None:
+        yield
+        return
     self.workers.raise_if_dead()
-    try: return self.runner.run(batch)
+    try: yield
     except Exception:
-        import time
         for _ in range(50):  # a collective can fail a moment before the dead worker's exit code is visible
             self.workers.raise_if_dead()
             time.sleep(0.1)
@@ -212,7 +241,8 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
     out = CompletionOutput(0, text, seq.completion_token_ids, seq.finish_reason, req.stop_reason)
     return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished)
 
-LLMEngine.step, LLMEngine._run, LLMEngine._output = step, _run, _output
+LLMEngine.step, LLMEngine._launch, LLMEngine._read_back, LLMEngine._drop = step, _launch, _read_back, _drop
+LLMEngine._naming_dead_workers, LLMEngine._output = _naming_dead_workers, _output
 
 # %% ../nbs/14_engine.ipynb #c015
 class LLM:

@@ -12,7 +12,7 @@ import torch
 from torch import nn, Tensor
 from .config import EngineConfig, ModelConfig
 from .distributed import ParallelInfo, get_tp
-from .attention import KVPool, AttentionMetadata, make_metadata, BATCH_BUCKETS, batch_bucket
+from .attention import KVPool, AttentionMetadata, make_metadata, to_device, BATCH_BUCKETS, batch_bucket
 from .loader import load_weights
 from .sampler import sample
 from .scheduler import ScheduledBatch
@@ -27,7 +27,7 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
 # %% auto #0
 __all__ = ['log', 'MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'select_kernels',
            'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors',
-           'execute', 'logits', 'run', 'DecodeGraphs']
+           'last_step_ids', 'fill_pending', 'execute', 'logits', 'LaunchedStep', 'launch', 'run', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -109,6 +109,7 @@ class ModelRunner:
                  f"({self.dtype}, kernels: {self.kernel_backend})")
         self._allocate_kv_pool(max_model_len)
         self.graphs = None
+        self.last_token_ids, self.last_rows = None, {}  # rank 0: the last launched step's sampled ids, row by sequence
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = DecodeGraphs(self, min(config.max_num_seqs, 512))
 
@@ -148,16 +149,23 @@ class StepInput:
     block_tables: list[list[int]]
     context_lens: list[int]         # tokens in the cache per sequence after this step
     query_lens: list[int]           # new tokens per sequence
+    pending: tuple[list[int], list[int], int] | None = None  # ids still on the device: (rows, their rows in the
+                                                              # last step's sampled ids, that step's batch size)
 
 def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
     seqs = batch.seqs
+    assert not any(s.num_pending for s in seqs), "a prefill needs every token"
     return StepInput(True, [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]], [s.block_table for s in seqs],
                      [len(s) for s in seqs], [len(s) - s.num_cached_tokens for s in seqs])
 
 def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
-    seqs = batch.seqs
-    return StepInput(False, [s.token_ids[-1] for s in seqs], [s.block_table for s in seqs], [len(s) for s in seqs],
-                     [1] * len(seqs))
+    seqs, rows, last_rows = batch.seqs, [], []
+    ids = [s.token_ids[-1] for s in seqs]
+    for i, s in enumerate(seqs):
+        if s.num_pending:  # produced by the last launched step (the engine reads every earlier one back first)
+            rows.append(i); last_rows.append(self.last_rows[s.seq_id]); ids[i] = 0
+    return StepInput(False, ids, [s.block_table for s in seqs], [len(s) for s in seqs], [1] * len(seqs),
+                     (rows, last_rows, len(self.last_rows)) if rows else None)
 
 ModelRunner.prepare_prefill, ModelRunner.prepare_decode = prepare_prefill, prepare_decode
 
@@ -168,19 +176,37 @@ def sampling_tensors(self: ModelRunner, batch: ScheduledBatch):
     for s in batch.seqs:
         if s.params.seed is not None and s.generator is None:
             s.generator = torch.Generator(self.device).manual_seed(s.params.seed)
-    t = lambda xs, dtype: torch.tensor(xs, dtype=dtype, device=self.device)
+    t = lambda xs, dtype: to_device(torch.tensor(xs, dtype=dtype), self.device)
     return (t([p.temperature for p in ps], torch.float), t([p.top_k for p in ps], torch.long),
             t([p.top_p for p in ps], torch.float), [s.generator for s in batch.seqs])
+
+def last_step_ids(self: ModelRunner, step: StepInput) -> Tensor | None:
+    "The last step's sampled ids on this rank's device, if `step` needs them (rank 0 broadcasts its own)."
+    if step.pending is None: return None
+    ids = self.last_token_ids if self.tp.rank == 0 else torch.empty(step.pending[2], dtype=torch.long, device=self.device)
+    return self.tp.broadcast(ids)
+
+def fill_pending(ids: Tensor, pending: tuple[list[int], list[int], int], last_ids: Tensor) -> None:
+    "Copy the ids still on the device into the rows of `ids` that wait for them."
+    rows, last_rows, _ = pending
+    n = len(rows)
+    if rows == last_rows and rows[-1] == n - 1: ids[:n].copy_(last_ids[:n])  # the usual case: the same leading rows
+    else:
+        idx = to_device(torch.tensor([rows, last_rows]), ids.device)
+        ids[idx[0]] = last_ids[idx[1]]
 
 @torch.inference_mode()
 def execute(self: ModelRunner, step: StepInput) -> Tensor:
     "Run the model on one step; every rank calls this. Returns the logits of each sequence's last token."
+    last_ids = self.last_step_ids(step)
     if self.graphs is not None and not step.is_prefill and len(step.input_ids) <= self.graphs.max_batch:
-        return self.graphs.replay(step)
+        return self.graphs.replay(step, last_ids)
     positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.block_size,
                                     step.is_prefill, self.device)
     if not step.is_prefill: meta.max_seqlen_k = self.max_model_len  # as in the graphs: the same splits, the same sums
-    hidden = self.model(torch.tensor(step.input_ids, device=self.device), positions, meta)
+    ids = to_device(torch.tensor(step.input_ids), self.device)
+    if last_ids is not None: fill_pending(ids, step.pending, last_ids)
+    hidden = self.model(ids, positions, meta)
     return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
 
 def logits(self: ModelRunner, step: StepInput) -> Tensor:
@@ -188,14 +214,38 @@ def logits(self: ModelRunner, step: StepInput) -> Tensor:
     if self.tp.size > 1: self.tp.control.send(step)
     return self.execute(step)
 
+class LaunchedStep:
+    "A step queued on the GPU: its batch, and its sampled ids on their way to (pinned) host memory."
+    def __init__(self, batch: ScheduledBatch, token_ids: Tensor, started: float):
+        self.batch, self.started, self.ready = batch, started, None
+        if token_ids.is_cuda:
+            self.host = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
+            self.host.copy_(token_ids, non_blocking=True)
+            self.ready = torch.cuda.Event(); self.ready.record()
+        else: self.host = token_ids
+
+    def token_ids(self) -> list[int]:
+        "Each sequence's new token id (waits for the step to finish)."
+        if self.ready is not None: self.ready.synchronize()
+        return self.host.tolist()
+
+@torch.inference_mode()
+def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
+    "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
+    started = time.perf_counter()
+    step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
+    logits, params = self.logits(step), [s.params for s in batch.seqs]
+    if all(p.greedy for p in params): ids = logits.argmax(-1)
+    else: ids = sample(logits, *self.sampling_tensors(batch), filtered=any(p.top_k > 0 or p.top_p < 1 for p in params))
+    self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(batch.seqs)}
+    return LaunchedStep(batch, ids, started)
+
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     "Rank 0: run one step on every rank and return each sequence's new token id."
-    step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
-    logits = self.logits(step)
-    if all(s.params.greedy for s in batch.seqs): return logits.argmax(-1).tolist()
-    return sample(logits, *self.sampling_tensors(batch)).tolist()
+    return self.launch(batch).token_ids()
 
-ModelRunner.sampling_tensors, ModelRunner.execute, ModelRunner.logits, ModelRunner.run = sampling_tensors, execute, logits, run
+ModelRunner.sampling_tensors, ModelRunner.last_step_ids, ModelRunner.execute = sampling_tensors, last_step_ids, execute
+ModelRunner.logits, ModelRunner.launch, ModelRunner.run = logits, launch, run
 
 # %% ../nbs/13_runner.ipynb #c021
 class DecodeGraphs:
@@ -246,8 +296,8 @@ class DecodeGraphs:
                                  self.cu_seqlens[:b + 1], self.cu_seqlens_k[:b + 1], 1, self.max_model_len)
         return self.model.compute_logits(self.model(self.input_ids[:b], self.positions[:b], meta))
 
-    def replay(self, step: StepInput) -> Tensor:
-        "Logits of a decode step, from the smallest bucket that holds it."
+    def replay(self, step: StepInput, last_ids: Tensor | None = None) -> Tensor:
+        "Logits of a decode step, from the smallest bucket that holds it (`last_ids`: for its pending rows)."
         n, bs = len(step.input_ids), self.block_size
         b = next(x for x in self.buckets if x >= n)
         # decode metadata in plain Python (one token per sequence), staged in pinned memory, copied without waiting
@@ -264,6 +314,7 @@ class DecodeGraphs:
             rows[i] = (t, len(t))
         for dst, src in ((self.input_ids, 0), (self.positions, 1), (self.slot_mapping, 2)):
             dst[:n].copy_(self.host_vec[src, :n], non_blocking=True)
+        if last_ids is not None: fill_pending(self.input_ids, step.pending, last_ids)
         self.context_lens[:n].copy_(self.host_ctx[:n], non_blocking=True)
         self.cu_seqlens_k[:b + 1].copy_(self.host_cu_k[:b + 1], non_blocking=True)
         self.block_tables[:n, :w].copy_(self.host_tables[:n, :w], non_blocking=True)

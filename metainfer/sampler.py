@@ -24,13 +24,13 @@ def top_k_top_p_mask(logits: Tensor, top_k: Tensor, top_p: Tensor) -> Tensor:
 
 # %% ../nbs/12_sampler.ipynb #c006
 def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor,
-           generators: list[torch.Generator | None]) -> Tensor:
-    "One token id per row of `logits` `[B, V]`; rows with temperature 0 are greedy."
+           generators: list[torch.Generator | None], filtered: bool | None = None) -> Tensor:
+    "One token id per row of `logits` `[B, V]`; rows with temperature 0 are greedy. `filtered`: any row has top-k/p."
     logits = logits.float()
     greedy = temperature == 0
-    if bool(greedy.all()): return logits.argmax(-1)
     scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
-    if bool(((top_k > 0) | (top_p < 1)).any()): scaled = top_k_top_p_mask(scaled, top_k, top_p)  # the sort is costly
+    if filtered is None: filtered = bool(((top_k > 0) | (top_p < 1)).any())  # asking the GPU waits for it: the
+    if filtered: scaled = top_k_top_p_mask(scaled, top_k, top_p)               # runner knows from the params
     probs = scaled.softmax(-1)
     noise = torch.empty_like(probs).exponential_()
     for i, g in enumerate(generators):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .sequence import Sequence, SequenceStatus, BlockManager
 
 # %% auto #0
-__all__ = ['ScheduledBatch', 'Scheduler', 'schedule', 'finish_reason', 'finish', 'postprocess']
+__all__ = ['ScheduledBatch', 'Scheduler', 'schedule', 'launched', 'finish_reason', 'finish', 'postprocess']
 
 # %% ../nbs/11_scheduler.ipynb #c004
 @dataclass
@@ -48,10 +48,15 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
         return ScheduledBatch(batch, is_prefill=True)
     bs = self.bm.block_size                      # the common case first: every running sequence fits, none waits
     if sum(len(s) > len(s.block_table) * bs for s in self.running) <= self.bm.num_free_blocks:
-        for seq in self.running: self.bm.may_append(seq)
-        return ScheduledBatch(list(self.running), is_prefill=False) if self.running else None
+        batch = [s for s in self.running if not self._reaches_length_limit(s)]
+        for seq in batch: self.bm.may_append(seq)
+        return ScheduledBatch(batch, is_prefill=False) if batch else None
+    kept = []
     while self.running:                          # else preempt from the back (the newest) until the rest fit
         seq = self.running.popleft()
+        if self._reaches_length_limit(seq):
+            kept.append(seq)
+            continue
         while not self.bm.can_append(seq):
             if not self.running: break
             self._preempt(self.running.pop())
@@ -59,9 +64,14 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
             self._preempt(seq)
             continue
         self.bm.may_append(seq)
-        batch.append(seq)
-    self.running.extend(batch)
+        batch.append(seq); kept.append(seq)
+    self.running.extend(kept)
     return ScheduledBatch(batch, is_prefill=False) if batch else None
+
+def _reaches_length_limit(self: Scheduler, seq: Sequence) -> bool:
+    "Whether `seq`'s pending tokens take it to `max_tokens` or `max_model_len`: it must not run another step."
+    return seq.num_pending > 0 and (len(seq) - seq.num_prompt_tokens >= seq.params.max_tokens
+                                    or len(seq) >= self.max_model_len)
 
 def _preempt(self: Scheduler, seq: Sequence) -> None:
     "Free `seq`'s blocks and queue it first for recomputation."
@@ -70,27 +80,35 @@ def _preempt(self: Scheduler, seq: Sequence) -> None:
     self.waiting.appendleft(seq)
     self.num_preemptions += 1
 
-Scheduler.schedule, Scheduler._preempt = schedule, _preempt
+def launched(self: Scheduler, batch: ScheduledBatch) -> None:
+    "The batch's step is on its way: each sequence holds the place of the token it will produce."
+    for seq in batch.seqs: seq.append_pending()
+
+Scheduler.schedule, Scheduler._preempt, Scheduler._reaches_length_limit = schedule, _preempt, _reaches_length_limit
+Scheduler.launched = launched
 
 # %% ../nbs/11_scheduler.ipynb #c009
 def finish_reason(self: Scheduler, seq: Sequence, token_id: int) -> str | None:
     "Why `seq` stops after `token_id`, or `None`."
     p = seq.params
     if (token_id in self.eos_token_ids and not p.ignore_eos) or token_id in p.stop_token_ids: return "stop"
-    if seq.num_completion_tokens >= p.max_tokens or len(seq) >= self.max_model_len: return "length"
+    if seq.num_completion_tokens >= p.max_tokens or seq.num_known >= self.max_model_len: return "length"
     return None
 
 def finish(self: Scheduler, seq: Sequence, reason: str) -> None:
     "Retire `seq` (from either queue) and free its blocks."
+    seq.drop_pending()
     (self.running if seq.status == SequenceStatus.RUNNING else self.waiting).remove(seq)
     if seq.status == SequenceStatus.RUNNING: self.bm.deallocate(seq)
     seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
 
 def postprocess(self: Scheduler, batch: ScheduledBatch, token_ids: list[int]) -> None:
-    "Append each sequence's new token and retire those that are done."
+    "Fill in each sequence's new token (the oldest pending one) and retire those that are done."
+    bs = self.bm.block_size
     for seq, t in zip(batch.seqs, token_ids):
-        seq.append(t)
-        reason = self.finish_reason(seq, t)
-        if reason: self.finish(seq, reason)
+        if seq.is_finished: continue             # aborted or stopped while this step ran: its token is not used
+        i = seq.resolve(t)
+        if reason := self.finish_reason(seq, t): self.finish(seq, reason)
+        elif seq.num_pending and (i + 1) % bs == 0: self.bm.register_block(seq, i // bs)
 
 Scheduler.finish_reason, Scheduler.finish, Scheduler.postprocess = finish_reason, finish, postprocess

@@ -12,8 +12,8 @@ from enum import Enum, auto
 from itertools import count
 
 # %% auto #0
-__all__ = ['SamplingParams', 'SequenceStatus', 'Sequence', 'Block', 'block_hash', 'BlockManager', 'can_allocate', 'allocate',
-           'deallocate', 'forget_from', 'can_append', 'may_append']
+__all__ = ['PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence', 'Block', 'block_hash', 'BlockManager', 'can_allocate',
+           'allocate', 'deallocate', 'forget_from', 'can_append', 'may_append', 'register_block']
 
 # %% ../nbs/10_sequence.ipynb #c004
 @dataclass
@@ -46,6 +46,8 @@ class SequenceStatus(Enum):
     RUNNING = auto()   # holds KV blocks and is decoding
     FINISHED = auto()
 
+PENDING = -1  # placeholder id of a token a launched step is still producing (its value is on the device)
+
 class Sequence:
     "One request in flight: its tokens, status, sampling parameters and KV block table."
     _ids = count()
@@ -60,14 +62,17 @@ class Sequence:
         self.params, self.block_size = params, block_size
         self.finish_reason: str | None = None
         self.generator = None           # the runner's random generator for a seeded request
+        self.num_pending = 0            # trailing PENDING tokens: launched steps' outputs not read back yet
 
-    def __len__(self) -> int: return len(self.token_ids)
+    def __len__(self) -> int: return len(self.token_ids)   # pending tokens included: they have KV slots
     @property
     def num_blocks(self) -> int: return -(-len(self) // self.block_size)
     @property
-    def completion_token_ids(self) -> list[int]: return self.token_ids[self.num_prompt_tokens:]
+    def num_known(self) -> int: return len(self) - self.num_pending
     @property
-    def num_completion_tokens(self) -> int: return len(self) - self.num_prompt_tokens
+    def completion_token_ids(self) -> list[int]: return self.token_ids[self.num_prompt_tokens:self.num_known]
+    @property
+    def num_completion_tokens(self) -> int: return self.num_known - self.num_prompt_tokens
     @property
     def is_finished(self) -> bool: return self.status == SequenceStatus.FINISHED
 
@@ -76,6 +81,20 @@ class Sequence:
         return self.token_ids[i * self.block_size:(i + 1) * self.block_size]
 
     def append(self, token_id: int) -> None: self.token_ids.append(token_id)
+
+    def append_pending(self) -> None:
+        "Hold the place of the token a just-launched step will produce."
+        self.token_ids.append(PENDING); self.num_pending += 1
+
+    def resolve(self, token_id: int) -> int:
+        "Fill in the oldest pending token (steps finish in launch order); returns its index."
+        i = self.num_known
+        self.token_ids[i] = token_id; self.num_pending -= 1
+        return i
+
+    def drop_pending(self) -> None:
+        "Forget tokens still being produced (the sequence stopped: they will never be used)."
+        del self.token_ids[self.num_known:]; self.num_pending = 0
 
 # %% ../nbs/10_sequence.ipynb #c011
 @dataclass
@@ -171,9 +190,12 @@ def can_append(self: BlockManager, seq: Sequence) -> bool:
 def may_append(self: BlockManager, seq: Sequence) -> None:
     "Give `seq`'s newest token a slot: a new block if it starts one; hash the last block if it is now full."
     if seq.num_blocks > len(seq.block_table): seq.block_table.append(self._take().block_id)
-    if len(seq) % self.block_size == 0:
-        n = seq.num_blocks
-        prev = self.blocks[seq.block_table[n - 2]].hash if n > 1 else None
-        self._register(self.blocks[seq.block_table[n - 1]], block_hash(prev, seq.block(n - 1)), seq.block(n - 1))
+    if len(seq) % self.block_size == 0 and not seq.num_pending: self.register_block(seq, seq.num_blocks - 1)
 
-BlockManager.can_append, BlockManager.may_append = can_append, may_append
+def register_block(self: BlockManager, seq: Sequence, i: int) -> None:
+    "Cache `seq`'s full block `i` under its chained hash (not if block `i-1` has none: the chain would lie)."
+    prev = self.blocks[seq.block_table[i - 1]].hash if i else None
+    if i and prev is None: return
+    self._register(self.blocks[seq.block_table[i]], block_hash(prev, seq.block(i)), seq.block(i))
+
+BlockManager.can_append, BlockManager.may_append, BlockManager.register_block = can_append, may_append, register_block

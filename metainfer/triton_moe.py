@@ -9,7 +9,7 @@ from torch import Tensor
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
-__all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'fused_moe', 'TritonMoE']
+__all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles', 'fused_moe', 'TritonMoE']
 
 # %% ../nbs/09d_triton_moe.ipynb #c004b
 @jit
@@ -182,6 +182,11 @@ def _moe_sum_kernel(rows_ptr, ids_ptr, add_ptr, out_ptr, expert_start, n_experts
     if HAS_ADD: acc += tl.load(add_ptr + t * D + d, mask=d < D, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
+def moe_tiles(pairs: int) -> dict:
+    "Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs."
+    if pairs <= 512: return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=3)
+
 def fused_moe(x: Tensor,             # [T, D]
               gate_up: Tensor,       # [El, 2·Il, D]
               down: Tensor,          # [El, D, Il]
@@ -193,22 +198,21 @@ def fused_moe(x: Tensor,             # [T, D]
     "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped GEMMs."
     T, D = x.shape
     El, Il, K = gate_up.shape[0], down.shape[2], topk_ids.shape[1]
-    block_m = block_m or (16 if T * K <= 512 else 64)
+    tiles = moe_tiles(T * K)
+    block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m)
     P = sorted_ids.shape[0]
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     h = torch.empty(P, Il, dtype=x.dtype, device=x.device)
-    bn, bk = 64, 32
-    _moe_gemm_kernel[(P // block_m, triton.cdiv(Il, bn))](
+    _moe_gemm_kernel[(P // block_m, triton.cdiv(Il, tiles["BLOCK_N"]))](
         x, gate_up, h, sorted_ids, block_expert, topk_weights, El, T * K, K, Il, D, x.stride(0), gate_up.stride(0),
-        gate_up.stride(1), h.stride(0), GATED=True, GATHER_TOKENS=True, SCALE=False, BLOCK_M=block_m, BLOCK_N=bn,
-        BLOCK_K=bk, PRECISION=precision)
+        gate_up.stride(1), h.stride(0), GATED=True, GATHER_TOKENS=True, SCALE=False, PRECISION=precision, **tiles)
     out = torch.empty(T * K, D, dtype=torch.float32, device=x.device)   # rows of other ranks' pairs stay unwritten
-    _moe_gemm_kernel[(P // block_m, triton.cdiv(D, bn))](
+    _moe_gemm_kernel[(P // block_m, triton.cdiv(D, tiles["BLOCK_N"]))](
         h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), El, T * K, K, D, Il, h.stride(0),
-        down.stride(0), down.stride(1), out.stride(0), GATED=False, GATHER_TOKENS=False, SCALE=True, BLOCK_M=block_m,
-        BLOCK_N=bn, BLOCK_K=bk, PRECISION=precision)
+        down.stride(0), down.stride(1), out.stride(0), GATED=False, GATHER_TOKENS=False, SCALE=True, PRECISION=precision,
+        **tiles)
     y = torch.empty(T, D, dtype=x.dtype, device=x.device)
     if add is not None: add = add.contiguous()
     _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,

@@ -85,7 +85,7 @@ def test_graph_decode_path_on_cpu_gives_eager_tokens(preset, checkpoints, monkey
             graph.run = lambda b=b: graphs.logits[b].copy_(graphs._forward(b))
         replays = []
         replay = graphs.replay
-        graphs.replay = lambda step: replays.append(len(step.input_ids)) or replay(step)
+        graphs.replay = lambda step, last_ids: replays.append(len(step.input_ids)) or replay(step, last_ids)
         with_graphs = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert with_graphs == eager
     assert 3 in replays and 2 in replays and 1 in replays   # padded to 4, then 2, then 1 as sequences finish

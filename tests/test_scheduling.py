@@ -102,14 +102,66 @@ def test_failed_step_leaves_no_requests_and_no_poisoned_cache(checkpoints):
     prompts = random_prompts(3, seed=8, lo=20, hi=30)
     ref = [o.outputs[0].token_ids for o in LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu",
                                                 block_size=4).generate(prompts, GREEDY, use_tqdm=False)]
-    run = engine.runner.run
-    def fail(batch): raise KeyboardInterrupt
-    engine.runner.run = fail
-    with pytest.raises(KeyboardInterrupt): llm.generate(prompts, GREEDY, use_tqdm=False)
-    engine.runner.run = run
-    assert not engine.has_unfinished_requests() and not engine.requests
-    assert engine.block_manager.num_free_blocks == engine.runner.num_kv_blocks
-    assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)] == ref
+    launch, calls = engine.runner.launch, []
+    def fail_at(n):  # the n-th launch raises: the first (prefill), or a decode with a step in flight
+        def launch_or_fail(batch):
+            calls.append(batch)
+            if len(calls) == n: raise KeyboardInterrupt
+            return launch(batch)
+        return launch_or_fail
+    for n in (1, 6):
+        calls.clear()
+        engine.runner.launch = fail_at(n)
+        with pytest.raises(KeyboardInterrupt): llm.generate(prompts, GREEDY, use_tqdm=False)
+        engine.runner.launch = launch
+        assert not engine.has_unfinished_requests() and not engine.requests
+        assert engine.block_manager.num_free_blocks == engine.runner.num_kv_blocks
+        assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)] == ref
+
+
+@pytest.mark.parametrize("block_size", [4, 16])
+def test_async_scheduling_gives_the_same_outputs(checkpoints, block_size):
+    """Launching step N+1 before reading step N back changes nothing a user sees: greedy and seeded tokens, stop
+    strings, stop tokens, length limits, the prefix cache (blocks filled by tokens still in flight), freed blocks."""
+    ckpt = checkpoints("qwen3-tiny")
+    kw = dict(dtype="float32", device="cpu", block_size=block_size, num_kv_blocks=2048 // block_size, max_model_len=160)
+    prompts = random_prompts(6, seed=10, lo=5, hi=40)
+    results = []
+    for async_scheduling in (False, True):
+        llm = LLM(ckpt, async_scheduling=async_scheduling, **kw)
+        bm = llm.engine.block_manager
+        ref = llm.generate(prompts, GREEDY, use_tqdm=False)
+        stop_id, stop_text = ref[1].outputs[0].token_ids[5], ref[4].outputs[0].text[10:14]
+        params = [GREEDY, SamplingParams(temperature=0, max_tokens=64, stop_token_ids=[stop_id]),
+                  SamplingParams(temperature=0.8, top_p=0.9, max_tokens=20, seed=3),
+                  SamplingParams(temperature=0, max_tokens=1), SamplingParams(temperature=0, max_tokens=64, stop=[stop_text]),
+                  SamplingParams(temperature=1.0, top_k=20, max_tokens=30, seed=4, ignore_eos=True)]
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        again = [p + o.outputs[0].token_ids[:20] for p, o in zip(prompts[:2], outs[:2])]  # hits on generated blocks
+        hits = bm.num_cache_hit_tokens
+        outs += llm.generate(again, GREEDY, use_tqdm=False)
+        results.append(([o.outputs[0].token_ids for o in ref],
+                         [(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason) for o in outs],
+                         bm.num_cache_hit_tokens - hits))
+        assert not llm.engine.has_unfinished_requests() and bm.num_free_blocks == 2048 // block_size
+        llm.shutdown()
+    assert results[0] == results[1]
+    _, got, hits = results[1]
+    assert [r for _, _, r in got[:6]] == ["length", "stop", "length", "length", "stop", "length"]
+    assert len(got[3][0]) == 1 and hits >= len(prompts[0]) + 20 - block_size
+
+
+def test_async_scheduling_launches_before_reading_back(checkpoints):
+    """The order itself: each step launches its batch, then reads back the one launched before it."""
+    engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
+    order, launch, read_back = [], engine._launch, engine._read_back
+    engine._launch = lambda b: order.append("launch") or launch(b)
+    engine._read_back = lambda s: order.append("read") or read_back(s)
+    engine.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=3))
+    outs = [engine.step() for _ in range(4)]
+    assert order == ["launch", "launch", "read", "launch", "read", "read"]
+    assert [len(o) for o in outs] == [0, 1, 1, 1] and outs[-1][0].finished
+    assert len(outs[-1][0].outputs[0].token_ids) == 3
 
 
 def test_abandoned_stream_leaves_nothing_queued(checkpoints):
