@@ -40,18 +40,19 @@ class TorchDistCommunicator:
 # %% ../nbs/04_distributed.ipynb #c006
 class SymmMemCommunicator(TorchDistCommunicator):
     "NCCL collectives, but small all-reduces as one-shot reads of peers' symmetric-memory buffers (NVLink P2P)."
-    def __init__(self, group, device: torch.device, dtype: torch.dtype = torch.bfloat16, max_bytes: int = 1 << 20):
+    def __init__(self, group, device: torch.device, dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float32),
+                 max_bytes: int = 1 << 20):
         super().__init__(group)
         import torch.distributed._symmetric_memory as symm_mem
         group = group or dist.group.WORLD
-        self.buf = symm_mem.empty(max_bytes // dtype.itemsize, dtype=dtype, device=device)
-        symm_mem.rendezvous(self.buf, group)
+        self.bufs = {dt: symm_mem.empty(max_bytes // dt.itemsize, dtype=dt, device=device) for dt in dict.fromkeys(dtypes)}
+        for buf in self.bufs.values(): symm_mem.rendezvous(buf, group)
         self.group_name = group.group_name
 
     def all_reduce(self, x: Tensor) -> Tensor:
-        n = x.numel()
-        if x.dtype != self.buf.dtype or n > self.buf.numel() or not x.is_contiguous(): return super().all_reduce(x)
-        torch.ops.symm_mem.one_shot_all_reduce_copy_out(self.buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
+        n, buf = x.numel(), self.bufs.get(x.dtype)
+        if buf is None or n > buf.numel() or not x.is_contiguous(): return super().all_reduce(x)
+        torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
         return x
 
 def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
@@ -185,10 +186,10 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
 
 def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.dtype) -> SymmMemCommunicator | None:
     "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built or gives wrong sums."
-    try: comm, ok = SymmMemCommunicator(None, device, dtype), None
+    try: comm, ok = SymmMemCommunicator(None, device, (dtype, torch.float32)), None
     except Exception: comm, ok = None, False
     if ok is None:
-        try: ok = check_all_reduce(comm, rank, size, device, dtype)
+        try: ok = all(check_all_reduce(comm, rank, size, device, dt) for dt in comm.bufs)
         except Exception: ok = False
     agree = torch.tensor([int(ok)], device=device)
     dist.all_reduce(agree, op=dist.ReduceOp.MIN)

@@ -11,7 +11,7 @@ from .distributed import ParallelInfo, get_tp
 
 # %% auto #0
 __all__ = ['shape_of', 'take', 'default_weight_loader', 'LinearBase', 'ReplicatedLinear', 'divide', 'ColumnParallelLinear',
-           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear']
+           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'linear_float32']
 
 # %% ../nbs/05_linear.ipynb #c005
 def shape_of(w) -> tuple[int, ...]:
@@ -118,5 +118,15 @@ class RowParallelLinear(LinearBase):
         self.reduce_results = reduce_results
 
     def forward(self, x: Tensor) -> Tensor:
-        y = F.linear(x, self.weight, self.bias if self.tp.rank == 0 else None)
-        return self.tp.all_reduce(y) if self.reduce_results else y
+        bias = self.bias if self.tp.rank == 0 else None
+        if not self.reduce_results or self.tp.size == 1 or x.dtype == torch.float32:
+            y = F.linear(x, self.weight, bias)
+            return self.tp.all_reduce(y) if self.reduce_results else y
+        y = linear_float32(x, self.weight)       # half precision: sum the partial products before rounding, so each
+        if bias is not None: y += bias           # output is rounded once, as TP=1's single GEMM rounds it
+        return self.tp.all_reduce(y).to(x.dtype)
+
+def linear_float32(x: Tensor, weight: Tensor) -> Tensor:
+    "`x Wᵀ`, accumulated and returned in float32 (one cuBLAS call on a GPU)."
+    if x.is_cuda: return torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=torch.float32).view(*x.shape[:-1], -1)
+    return F.linear(x.float(), weight.float())

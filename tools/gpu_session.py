@@ -89,7 +89,7 @@ def stage_smoke():
 
 def stage_nbtest():
     "The notebooks' tests with their `#| cuda` cells, compiled on the GPU (not the interpreter)."
-    nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 13_runner")
+    nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 09d_triton_moe 09e_triton_mla 13_runner")
     for nb in nbs.split():  # called as a function: nbdev_test's command-line parsing ignores argv under `python -c`
         sh(f"{PY} -c \"from nbdev.test import nbdev_test; nbdev_test(path='nbs/{nb}.ipynb', flags='cuda', do_print=True)\"")
 
@@ -133,7 +133,7 @@ def stage_throughput():
 def stage_tp2():
     "TP=2 with CUDA graphs: agreement with TP=1 (a stored TP=1 run on the same seeded weights), then B=1 speed."
     m = checkpoint("Qwen3-8B")
-    ref = next((p for p in (KEEP / "agreement-qwen3-8b-b1.json", Path("docs/benchmarks/h200-2026-11-29/run2-agreement-qwen3-8b-b1.json")) if p.exists()), None)
+    ref = next((p for p in (KEEP / "agreement-qwen3-8b-b1.json", Path("docs/benchmarks/h200-2026-11-29/run5-agreement-qwen3-8b-b1.json")) if p.exists()), None)
     if ref is None:
         ref = KEEP / "agreement-qwen3-8b-b1.json"
         bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}", 150)
