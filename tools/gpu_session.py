@@ -210,7 +210,7 @@ def stage_deepseek_throughput():
 def stage_deepseek_tp2():
     "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (run stage deepseek first, for the TP=1 reference)."
     m = checkpoint("DeepSeek-V2-Lite")
-    ref = next(p for p in (KEEP / "agreement-dsv2lite-b1.json", Path("docs/benchmarks/h200-2026-11-29/run4-agreement-dsv2lite-b1.json")) if p.exists())
+    ref = next(p for p in (KEEP / "agreement-dsv2lite-b1.json", Path("docs/benchmarks/h200-2026-11-29/run6-agreement-dsv2lite-b1.json")) if p.exists())
     rc = bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
     if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
 
