@@ -9,8 +9,8 @@ from metainfer.workers import WorkerDied
 from test_generate_vs_hf import random_prompts, GREEDY
 
 
-def run(ckpt, prompts, tp, **kw):
-    with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=tp, **kw) as llm:
+def run(ckpt, prompts, tp, dtype="float32", **kw):
+    with LLM(ckpt, dtype=dtype, device="cpu", tensor_parallel_size=tp, **kw) as llm:
         return [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
 
 
@@ -22,6 +22,14 @@ def test_tp2_equals_tp1_and_hf(preset, checkpoints, hf_models):
     assert tp1 == hf_greedy(hf_models(ckpt), prompts, 64)
     assert run(ckpt, prompts, 2) == tp1
     assert not mp.active_children()
+
+
+def test_tp2_bf16_rounds_like_tp1(checkpoints):
+    """bf16: row-parallel layers sum float32 partial products and round each output once, as TP=1's GEMM does, so
+    TP=2 follows TP=1's greedy path (bf16 partial sums would round twice more per layer)."""
+    ckpt = checkpoints("qwen3-tiny")
+    prompts = random_prompts(8, seed=14)
+    assert run(ckpt, prompts, 2, dtype="bfloat16") == run(ckpt, prompts, 1, dtype="bfloat16")
 
 
 def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
