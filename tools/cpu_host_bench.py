@@ -43,7 +43,7 @@ def control_channel() -> dict:
 
 def decode_host(batch: int = 256, steps: int = 100) -> dict:
     from metainfer import LLM, SamplingParams
-    from metainfer.runner import DecodeGraphs
+    from metainfer.runner import DecodeGraphs, LaunchedStep
     from metainfer.testing import write_random_checkpoint
     llm = LLM(write_random_checkpoint(os.path.join(tempfile.mkdtemp(), "m"), "qwen3-tiny"), dtype="float32",
               device="cpu", max_num_seqs=batch)
@@ -54,7 +54,11 @@ def decode_host(batch: int = 256, steps: int = 100) -> dict:
                            SamplingParams(temperature=0, max_tokens=400, ignore_eos=True), stream=False)
     while engine.scheduler.waiting: engine.step()                        # prefills (real model)
     tokens = torch.zeros(batch, dtype=torch.long)
-    runner.run = lambda b: (runner.prepare_decode(b), tokens[:len(b.seqs)].tolist())[1]  # no model from here on
+    def launch(b):  # no model from here on: the step is prepared, fixed ids come back
+        runner.prepare_decode(b)
+        runner.last_token_ids, runner.last_rows = tokens[:len(b.seqs)], {s.seq_id: i for i, s in enumerate(b.seqs)}
+        return LaunchedStep(b, tokens[:len(b.seqs)], time.perf_counter())
+    runner.launch = launch
     start = time.perf_counter()
     for _ in range(steps): engine.step()
     engine_us = (time.perf_counter() - start) / steps * 1e6
@@ -64,7 +68,7 @@ def decode_host(batch: int = 256, steps: int = 100) -> dict:
     g._allocate_buffers(batch, -(-runner.max_model_len // runner.block_size), torch.device("cpu"))
     g.graphs, g.logits = {batch: type("NoGraph", (), {"replay": lambda self: None})()}, {batch: torch.zeros(batch, 1)}
     start = time.perf_counter()
-    for _ in range(steps): g.replay(step)
+    for _ in range(steps): g.replay(step, runner.last_token_ids)
     llm.shutdown()
     return {"batch": batch, "engine_step_host_us": engine_us,
             "graph_staging_us": (time.perf_counter() - start) / steps * 1e6}
