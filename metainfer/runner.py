@@ -284,6 +284,7 @@ class DecodeGraphs:
         self.host_cu_k = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)
         self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
         self.staged_rows: list[tuple[list[int] | None, int]] = [(None, 0)] * n   # (block table, entries staged)
+        self.copied = torch.cuda.Event() if pin else None  # recorded after each step's copies from the staging
 
     def release(self) -> None:
         "Destroy every captured graph now (not whenever the garbage collector gets to them)."
@@ -303,7 +304,8 @@ class DecodeGraphs:
         # decode metadata in plain Python (one token per sequence), staged in pinned memory, copied without waiting
         pos = [c - 1 for c in step.context_lens]
         slots = [t[p // bs] * bs + p % bs for t, p in zip(step.block_tables, pos)]
-        self.host_vec[:, :n] = torch.tensor([step.input_ids, pos, slots])
+        if self.copied is not None: self.copied.synchronize()  # with async scheduling the last step's copies may
+        self.host_vec[:, :n] = torch.tensor([step.input_ids, pos, slots])  # still be queued: let them read first
         self.host_ctx[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
         self.host_cu_k[:b + 1] = torch.tensor([0, *accumulate(step.context_lens + [1] * (b - n))], dtype=torch.int32)
         w = max(map(len, step.block_tables))
@@ -318,6 +320,7 @@ class DecodeGraphs:
         self.context_lens[:n].copy_(self.host_ctx[:n], non_blocking=True)
         self.cu_seqlens_k[:b + 1].copy_(self.host_cu_k[:b + 1], non_blocking=True)
         self.block_tables[:n, :w].copy_(self.host_tables[:n, :w], non_blocking=True)
+        if self.copied is not None: self.copied.record()
         if b > n:  # padding rows: the null block, one token of context
             self.slot_mapping[n:b].fill_(self.null_slot)
             self.context_lens[n:b].fill_(1)

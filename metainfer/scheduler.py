@@ -47,7 +47,7 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
         self.running.extend(batch)
         return ScheduledBatch(batch, is_prefill=True)
     bs = self.bm.block_size                      # the common case first: every running sequence fits, none waits
-    if sum(len(s) > len(s.block_table) * bs for s in self.running) <= self.bm.num_free_blocks:
+    if sum(len(s.token_ids) > len(s.block_table) * bs for s in self.running) <= self.bm.num_free_blocks:
         batch = [s for s in self.running if not self._reaches_length_limit(s)]
         for seq in batch: self.bm.may_append(seq)
         return ScheduledBatch(batch, is_prefill=False) if batch else None
@@ -70,8 +70,9 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
 
 def _reaches_length_limit(self: Scheduler, seq: Sequence) -> bool:
     "Whether `seq`'s pending tokens take it to `max_tokens` or `max_model_len`: it must not run another step."
-    return seq.num_pending > 0 and (len(seq) - seq.num_prompt_tokens >= seq.params.max_tokens
-                                    or len(seq) >= self.max_model_len)
+    if not seq.num_pending: return False
+    n = len(seq.token_ids)
+    return n - seq.num_prompt_tokens >= seq.params.max_tokens or n >= self.max_model_len
 
 def _preempt(self: Scheduler, seq: Sequence) -> None:
     "Free `seq`'s blocks and queue it first for recomputation."
@@ -92,7 +93,8 @@ def finish_reason(self: Scheduler, seq: Sequence, token_id: int) -> str | None:
     "Why `seq` stops after `token_id`, or `None`."
     p = seq.params
     if (token_id in self.eos_token_ids and not p.ignore_eos) or token_id in p.stop_token_ids: return "stop"
-    if seq.num_completion_tokens >= p.max_tokens or seq.num_known >= self.max_model_len: return "length"
+    known = seq.num_known
+    if known - seq.num_prompt_tokens >= p.max_tokens or known >= self.max_model_len: return "length"
     return None
 
 def finish(self: Scheduler, seq: Sequence, reason: str) -> None:

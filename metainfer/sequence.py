@@ -66,9 +66,9 @@ class Sequence:
 
     def __len__(self) -> int: return len(self.token_ids)   # pending tokens included: they have KV slots
     @property
-    def num_blocks(self) -> int: return -(-len(self) // self.block_size)
-    @property
-    def num_known(self) -> int: return len(self) - self.num_pending
+    def num_blocks(self) -> int: return -(-len(self.token_ids) // self.block_size)  # (not len(self): these run
+    @property                                                                        # per sequence per step)
+    def num_known(self) -> int: return len(self.token_ids) - self.num_pending
     @property
     def completion_token_ids(self) -> list[int]: return self.token_ids[self.num_prompt_tokens:self.num_known]
     @property
@@ -190,7 +190,7 @@ def can_append(self: BlockManager, seq: Sequence) -> bool:
 def may_append(self: BlockManager, seq: Sequence) -> None:
     "Give `seq`'s newest token a slot: a new block if it starts one; hash the last block if it is now full."
     if seq.num_blocks > len(seq.block_table): seq.block_table.append(self._take().block_id)
-    if len(seq) % self.block_size == 0 and not seq.num_pending: self.register_block(seq, seq.num_blocks - 1)
+    if len(seq.token_ids) % self.block_size == 0 and not seq.num_pending: self.register_block(seq, seq.num_blocks - 1)
 
 def register_block(self: BlockManager, seq: Sequence, i: int) -> None:
     "Cache `seq`'s full block `i` under its chained hash (not if block `i-1` has none: the chain would lie)."
