@@ -3,7 +3,7 @@
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
-deepseek-tp2, moe-tiles, decode-tiles, blas-overhead.
+deepseek-tp2, moe-tiles, decode-tiles, blas-overhead, gemv-sweep.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
 carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
@@ -200,6 +200,11 @@ def stage_deepseek_latency():
 
 def stage_moe_tiles():
     sh(f"{PY} tools/moe_tiles.py --out {RES}/moe-tiles-h200.json", 240)
+    keep()
+
+
+def stage_gemv_sweep():
+    sh(f"{PY} tools/gemv_sweep.py --out {RES}/gemv-sweep-h200.json", 300)
     keep()
 
 
