@@ -10,6 +10,7 @@ from torch import Tensor
 from .attention import AttentionMetadata
 from .mla import TorchMLA
 from .triton_kernels import available, jit, triton, tl
+from .triton_attention import decode_splits
 
 # %% auto #0
 __all__ = ['mla_decode_latent', 'store_latent', 'TritonMLA']
@@ -77,10 +78,11 @@ def mla_decode_latent(q: Tensor,             # [B, H, r]: absorbed queries (W_UK
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
     (B, H, r), dr = q.shape, q_pe.shape[-1]
     q, q_pe = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, q_pe))  # the two parts: no concatenation
-    num_splits = num_splits or max(1, min(16, meta.max_seqlen_k // 512))
+    BLOCK_H = max(16, min(triton.next_power_of_2(H), 32))
+    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of >= 512 latents
+    num_splits = num_splits or decode_splits(B, triton.cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=512)
     o = torch.empty(B, H, num_splits, r, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
-    BLOCK_H = max(16, min(triton.next_power_of_2(H), 32))
     grid = (B, triton.cdiv(H, BLOCK_H), num_splits)
     _mla_decode_kernel[grid](
         q, q_pe, latent_cache, meta.block_tables, meta.context_lens, o, lse, H, q.stride(0), q.stride(1),

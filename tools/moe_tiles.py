@@ -26,7 +26,7 @@ def candidates(tokens: int) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True); p.add_argument("--tokens", default="1,64,256")
+    p.add_argument("--out", required=True); p.add_argument("--tokens", default="1,64,128,256")
     args = p.parse_args()
     default = tm.moe_tiles
     res = {"command": " ".join(["python", *sys.argv]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
