@@ -32,6 +32,19 @@ def test_tp2_bf16_rounds_like_tp1(checkpoints):
     assert run(ckpt, prompts, 2, dtype="bfloat16") == run(ckpt, prompts, 1, dtype="bfloat16")
 
 
+def test_tp2_async_scheduling_with_sampling(checkpoints):
+    """Under TP, a step that starts before the last one is read back gets that step's sampled ids by broadcast from
+    rank 0: seeded sampling gives the same tokens with async scheduling as without."""
+    ckpt = checkpoints("qwen3-tiny")
+    prompts = random_prompts(4, seed=15)
+    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=24, seed=7, ignore_eos=True)
+    outs = []
+    for async_scheduling in (False, True):
+        with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2, async_scheduling=async_scheduling) as llm:
+            outs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)])
+    assert outs[0] == outs[1] and len(outs[0][0]) == 24
+
+
 def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
     ckpt = checkpoints("qwen3-tiny", vocab_size=1001)   # 1001 = 2 * 500 + 1: the last rank holds a padding row
     prompts = random_prompts(8, seed=12, vocab=1001)
