@@ -65,9 +65,10 @@ class Sequence:
         self.num_pending = 0            # trailing PENDING tokens: launched steps' outputs not read back yet
 
     def __len__(self) -> int: return len(self.token_ids)   # pending tokens included: they have KV slots
+    # these run for every sequence at every step: `len(self.token_ids)`, not the slower `len(self)`
     @property
-    def num_blocks(self) -> int: return -(-len(self.token_ids) // self.block_size)  # (not len(self): these run
-    @property                                                                        # per sequence per step)
+    def num_blocks(self) -> int: return -(-len(self.token_ids) // self.block_size)
+    @property
     def num_known(self) -> int: return len(self.token_ids) - self.num_pending
     @property
     def completion_token_ids(self) -> list[int]: return self.token_ids[self.num_prompt_tokens:self.num_known]
