@@ -12,9 +12,10 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
-           'random_prompts', 'run_latency', 'run_throughput', 'hf_decode_rate', 'top1_and_gap', 'engine_top1',
-           'hf_top1', 'decisive', 'agreement', 'kernel_category', 'idle_split', 'host_profile_steps', 'profile_steps',
-           'environment', 'plot_bars', 'bench_main', 'add_bench_arguments', 'allreduce_main']
+           'random_prompts', 'run_latency', 'run_throughput', 'hf_generate_decode', 'hf_compiled_decode',
+           'hf_decode_rate', 'top1_and_gap', 'engine_top1', 'hf_top1', 'decisive', 'agreement', 'kernel_category',
+           'idle_split', 'host_profile_steps', 'profile_steps', 'environment', 'plot_bars', 'bench_main',
+           'add_bench_arguments', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
 def _time_cuda(fn, iters: int) -> float:
@@ -115,25 +116,55 @@ def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed
             "input_lens": list(map(len, prompts)), "output_lens": out_lens}
 
 # %% ../nbs/18_bench.ipynb #c016
+def _sync(t: Tensor) -> None:
+    if t.is_cuda: torch.cuda.synchronize(t.device)
+
 @torch.no_grad()
+def hf_generate_decode(model, ids: Tensor, n: int) -> dict:
+    "HF `generate`, eager: `n` new tokens minus 1 new token, so prefill is left out."
+    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    def gen(k):
+        _sync(ids); t = time.perf_counter()
+        model.generate(ids, max_new_tokens=k, min_new_tokens=k, **kw)
+        _sync(ids); return time.perf_counter() - t
+    gen(8); gen(1)  # warm-up
+    t_n, t_1 = gen(n), gen(1)
+    return {"decode_tokens_per_s": (n - 1) / (t_n - t_1), "ttft_s": t_1}
+
+@torch.no_grad()
+def hf_compiled_decode(model, ids: Tensor, n: int, warmup: int = 3) -> dict:
+    "Prefill into a `StaticCache`, then `n` (after `warmup`) calls of a `torch.compile`d one-token greedy step."
+    from transformers import StaticCache
+    L = ids.shape[1]
+    cache = StaticCache(config=model.config, max_cache_len=L + warmup + n + 1)
+    start = time.perf_counter()
+    tok = model(ids, past_key_values=cache, cache_position=torch.arange(L, device=ids.device)).logits[:, -1].argmax(-1, keepdim=True)
+    _sync(ids); ttft = time.perf_counter() - start
+    step = torch.compile(lambda t, pos: model(t, past_key_values=cache, cache_position=pos).logits[:, -1].argmax(-1, keepdim=True),
+                         mode="reduce-overhead" if ids.is_cuda else None, fullgraph=True)
+    tokens, pos = [tok], torch.tensor([L], device=ids.device)
+    for i in range(warmup + n):
+        if i == 1: compile_s = time.perf_counter() - start - ttft      # the first call compiles
+        if i == warmup: _sync(ids); t0 = time.perf_counter()
+        torch.compiler.cudagraph_mark_step_begin()
+        tokens.append(tok := step(tok, pos + i))
+    _sync(ids)
+    res = {"decode_tokens_per_s": n / (time.perf_counter() - t0), "ttft_s": ttft, "compile_s": compile_s,
+           "token_ids": torch.cat(tokens, 1)[0].tolist()}
+    torch._dynamo.reset()  # the compiled step closes over this model and cache: let them go
+    return res
+
 def hf_decode_rate(model_dir: str, input_len: int, output_len: int, compile: bool, device: str = "cuda",
                    dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> dict:
-    "HF transformers B=1 greedy decode tokens/s (prefill excluded) on the same checkpoint."
+    "HF transformers B=1 greedy decode tokens/s (prefill excluded) on the same checkpoint, eager or compiled."
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     ids = torch.tensor(random_prompts(1, input_len, input_len, model.config.vocab_size, seed), device=device)
-    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids))
-    if compile:
-        model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-    def gen(n):
-        torch.cuda.synchronize(); t = time.perf_counter()
-        model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
-        torch.cuda.synchronize(); return time.perf_counter() - t
-    for _ in range(2 if compile else 1): gen(output_len if compile else 8); gen(1)  # compile: warm both shapes
-    t_n, t_1 = gen(output_len), gen(1)
-    del model; torch.cuda.empty_cache()
-    return {"compile": compile, "decode_tokens_per_s": (output_len - 1) / (t_n - t_1), "ttft_s": t_1}
+    res = hf_compiled_decode(model, ids, output_len) if compile else hf_generate_decode(model, ids, output_len)
+    res.pop("token_ids", None)
+    del model
+    if torch.cuda.is_available(): torch.cuda.empty_cache()
+    return {"compile": compile} | res
 
 # %% ../nbs/18_bench.ipynb #c018
 @torch.no_grad()

@@ -113,7 +113,8 @@ def stage_latency_peers():
 
 
 def stage_hf_compile_peer():
-    "HF transformers with a static cache + torch.compile in the same run as ours (its compile took > 160 s in run3)."
+    "HF transformers with a static cache + torch.compile in the same run as ours (one compiled one-token step; the
+    `generate`-based version compiled two graphs and took > 160 s in run3)."
     bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile", 540)
 
 
