@@ -112,7 +112,7 @@ def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed
     return {"num_seqs": num_seqs, "input_tokens": sum(map(len, prompts)), "output_tokens": n_out, "elapsed_s": elapsed,
             "output_tokens_per_s": n_out / elapsed, "total_tokens_per_s": (n_out + sum(map(len, prompts))) / elapsed,
             "preemptions": llm.engine.scheduler.num_preemptions, "steps": steps,
-            "host_s_outside_model": elapsed - steps["prefill_s"] - steps["decode_s"],
+            "host_s_outside_model": elapsed - steps["prefill_s"] - steps["decode_s"],  # no step in flight
             "input_lens": list(map(len, prompts)), "output_lens": out_lens}
 
 # %% ../nbs/18_bench.ipynb #c016

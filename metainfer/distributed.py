@@ -189,7 +189,7 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
     try: comm, ok = SymmMemCommunicator(None, device, (dtype, torch.float32)), None
     except Exception: comm, ok = None, False
     if ok is None:
-        try: ok = all(check_all_reduce(comm, rank, size, device, dt) for dt in comm.bufs)
+        try: ok = all([check_all_reduce(comm, rank, size, device, dt) for dt in comm.bufs])  # every check on every rank
         except Exception: ok = False
     agree = torch.tensor([int(ok)], device=device)
     dist.all_reduce(agree, op=dist.ReduceOp.MIN)

@@ -98,8 +98,10 @@ class LLMEngine:
         self._by_seq: dict[int, Request] = {}
         self.in_flight: LaunchedStep | None = None   # async scheduling: the launched step not read back yet
         self._last_read = 0.0
+        # by kind of step: steps launched, time from launch to read-back (overlaps counted once), prompt tokens
+        # computed (prefill) and new tokens kept (decode)
         self.stats = {"prefill_steps": 0, "prefill_s": 0.0, "prefill_tokens": 0, "decode_steps": 0, "decode_s": 0.0,
-                      "decode_tokens": 0}  # time from launch to read-back by kind of step (overlaps not counted twice)
+                      "decode_tokens": 0}
 
     @classmethod
     def from_engine_args(cls, model: str, **kwargs) -> LLMEngine: return cls(EngineConfig(model, **kwargs))
@@ -177,7 +179,11 @@ def step(self: LLMEngine) -> list[RequestOutput]:
         if batch is not None: launched = self._launch(batch)
         if self.config.async_scheduling: self.in_flight = launched  # read back by the next call, after its launch
         else: done = launched
-        return self._read_back(done) if done is not None else []
+        outputs = self._read_back(done) if done is not None else []
+        if self.in_flight is not None and not self.scheduler.has_unfinished():  # its sequences have all ended:
+            outputs += self._read_back(self.in_flight)                            # read it back now, not when the
+            self.in_flight = None                                                 # next request comes
+        return outputs
     except BaseException:
         self.in_flight = None
         self._drop([b for b in (done and done.batch, batch) if b is not None])
@@ -185,10 +191,9 @@ def step(self: LLMEngine) -> list[RequestOutput]:
 
 def _launch(self: LLMEngine, batch: ScheduledBatch) -> LaunchedStep:
     "Queue `batch` on every rank; its sequences wait for their new tokens."
-    kind = "prefill" if batch.is_prefill else "decode"
-    self.stats[f"{kind}_steps"] += 1
-    self.stats[f"{kind}_tokens"] += sum(len(s) - s.num_cached_tokens for s in batch.seqs) if batch.is_prefill else len(batch.seqs)
     with self._naming_dead_workers(): launched = self.runner.launch(batch)
+    self.stats["prefill_steps" if batch.is_prefill else "decode_steps"] += 1
+    if batch.is_prefill: self.stats["prefill_tokens"] += sum(len(s) - s.num_cached_tokens for s in batch.seqs)
     self.scheduler.launched(batch)
     return launched
 
@@ -198,7 +203,8 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     now = time.perf_counter()
     self.stats["prefill_s" if launched.batch.is_prefill else "decode_s"] += now - max(launched.started, self._last_read)
     self._last_read = now
-    self.scheduler.postprocess(launched.batch, token_ids)
+    kept = self.scheduler.postprocess(launched.batch, token_ids)
+    if not launched.batch.is_prefill: self.stats["decode_tokens"] += kept
     reqs = [r for s in launched.batch.seqs if (r := self._by_seq.get(s.seq_id)) is not None]  # not aborted or done
     outputs = [self._output(r) for r in reqs if r.reports]
     for o in outputs:

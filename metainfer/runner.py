@@ -98,6 +98,8 @@ class ModelRunner:
         self.device = resolve_device(config.device)
         if self.device.type == "cuda" and self.device.index is None and self.tp.size > 1:
             self.device = torch.device("cuda", self.tp.rank)
+        if self.device.type == "cuda": torch.cuda.set_device(self.device)  # Triton launches and events use the
+                                                                           # current device: make it this one
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
         self.block_size, self.max_model_len = config.block_size, max_model_len
         self.kernel_backend = select_kernels(self.device, config.kernel_backend)

@@ -104,13 +104,14 @@ def finish(self: Scheduler, seq: Sequence, reason: str) -> None:
     if seq.status == SequenceStatus.RUNNING: self.bm.deallocate(seq)
     seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
 
-def postprocess(self: Scheduler, batch: ScheduledBatch, token_ids: list[int]) -> None:
-    "Fill in each sequence's new token (the oldest pending one) and retire those that are done."
-    bs = self.bm.block_size
+def postprocess(self: Scheduler, batch: ScheduledBatch, token_ids: list[int]) -> int:
+    "Fill in each sequence's new token (the oldest pending one) and retire those that are done; returns how many took one."
+    bs, taken = self.bm.block_size, 0
     for seq, t in zip(batch.seqs, token_ids):
         if seq.is_finished: continue             # aborted or stopped while this step ran: its token is not used
-        i = seq.resolve(t)
+        i, taken = seq.resolve(t), taken + 1
         if reason := self.finish_reason(seq, t): self.finish(seq, reason)
         elif seq.num_pending and (i + 1) % bs == 0: self.bm.register_block(seq, i // bs)
+    return taken
 
 Scheduler.finish_reason, Scheduler.finish, Scheduler.postprocess = finish_reason, finish, postprocess

@@ -171,3 +171,20 @@ def test_abandoned_stream_leaves_nothing_queued(checkpoints):
     stream.close()
     assert not llm.engine.has_unfinished_requests() and not llm.engine.requests
     assert llm.engine.block_manager.num_free_blocks == llm.engine.runner.num_kv_blocks
+
+
+def test_stats_count_kept_tokens_and_no_idle_time(checkpoints):
+    """A sequence stopped by a stop token has had one more step launched; that token is not counted, and the step is
+    read back before `generate` returns, so time spent idle afterwards is not counted as decode time."""
+    import time
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu")
+    engine, prompt = llm.engine, random_prompts(1, seed=16)[0]
+    stop_id = llm.generate([prompt], GREEDY, use_tqdm=False)[0].outputs[0].token_ids[3]
+    before = dict(engine.stats)
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=64, stop_token_ids=[stop_id]), use_tqdm=False)
+    assert engine.in_flight is None
+    assert engine.stats["decode_tokens"] - before["decode_tokens"] == len(out[0].outputs[0].token_ids) - 1  # 1st: prefill
+    time.sleep(0.5)
+    before = dict(engine.stats)
+    llm.generate([prompt], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), use_tqdm=False)
+    assert engine.stats["decode_s"] - before["decode_s"] < 0.4
