@@ -3,7 +3,7 @@
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
-deepseek-tp2, moe-tiles, decode-tiles, blas-overhead, gemv-sweep.
+deepseek-tp2, moe-tiles, decode-tiles, blas-overhead, gemv-sweep, agreement-b16.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
 carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
@@ -113,8 +113,8 @@ def stage_latency_peers():
 
 
 def stage_hf_compile_peer():
-    "HF transformers with a static cache + torch.compile in the same run as ours (one compiled one-token step; the
-    `generate`-based version compiled two graphs and took > 160 s in run3)."
+    """HF transformers with a static cache + torch.compile in the same run as ours (one compiled one-token step; the
+    `generate`-based version compiled two graphs and took > 160 s in run3)."""
     bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile", 540)
 
 
@@ -145,6 +145,14 @@ def stage_tp2():
         rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
     os.environ.pop("METAINFER_STACKS_AFTER")
     if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
+
+
+def stage_agreement_b16():
+    "B=16 (4,096 positions): TP=1 against HF bf16 (keeping our gaps), then TP=2 against that TP=1 run."
+    m, ref = checkpoint("Qwen3-8B"), KEEP / "agreement-qwen3-8b-b16.json"
+    common = f"--batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
+    if bench(f"agreement {m} {common} --name {ref.stem}", 180) == 0:
+        bench(f"agreement {m} -tp 2 {common} --against {ref} --name agreement-qwen3-8b-b16-tp2-vs-tp1", 150)
 
 
 def stage_tp2_latency():
