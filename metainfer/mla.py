@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
-from .kernels import Ops, RMSNorm, RotaryEmbedding, rope_inv_freq
+from .kernels import Ops, RMSNorm, RotaryEmbedding, rope_inv_freq, rms_norm_ref
 from .linear import ReplicatedLinear, ColumnParallelLinear, RowParallelLinear
 from .attention import AttentionMetadata, gather_kv
 
@@ -66,8 +66,10 @@ class TorchMLA:
     name = "torch"
 
     @staticmethod
-    def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Tensor) -> None:
-        "Latents `[c | k_pe]` (`[T, r]`, `[T, dr]`) into `latent_cache` `[blocks, block_size, 1, r+dr]` at `slot_mapping`."
+    def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Tensor,
+                     c_norm: tuple[Tensor, float] | None = None) -> None:
+        "Latents `[c | k_pe]` (`[T, r]`, `[T, dr]`) into `latent_cache` `[blocks, block_size, 1, r+dr]` at `slot_mapping`; `c_norm` `(weight, eps)`: RMSNorm `c` first."
+        if c_norm is not None: c = rms_norm_ref(c, *c_norm)
         latent_cache.view(-1, latent_cache.shape[-1])[slot_mapping] = torch.cat([c, k_pe], -1)
 
     @staticmethod
@@ -118,11 +120,11 @@ class LatentAttention(nn.Module):
         self.latent_cache = latent_cache
 
     def forward(self, q_nope: Tensor, q_pe: Tensor, c: Tensor, k_pe: Tensor, w_kv_b: Tensor,
-                meta: AttentionMetadata) -> Tensor:
-        "`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, latents `c` `[T, r]` and `k_pe` `[T, dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."
+                meta: AttentionMetadata, c_norm: tuple[Tensor, float] | None = None) -> Tensor:
+        "`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, latents `c` `[T, r]` (normalized by `c_norm` on the way to the cache) and `k_pe` `[T, dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."
         dn = q_nope.shape[-1]
         w_uk, w_uv = w_kv_b.view(self.num_heads, -1, self.kv_lora_rank).split([dn, w_kv_b.shape[0] // self.num_heads - dn], 1)
-        mla_ops.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping)
+        mla_ops.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping, c_norm)
         if meta.is_prefill: return mla_ops.prefill(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
         return mla_ops.decode(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
 
@@ -152,5 +154,6 @@ class MLA(nn.Module):
         q_nope, q_pe = q.view(len(x), -1, self.dn + self.dr).split([self.dn, self.dr], -1)   # [T, H, dn], [T, H, dr]
         c, k_pe = self.kv_a_proj_with_mqa(x).split([self.r, self.dr], -1)                    # [T, r], [T, dr]
         q_pe, k_pe = self.rotary_emb(positions, q_pe, k_pe.unsqueeze(1))
-        o = self.attn(q_nope, q_pe, self.kv_a_layernorm(c), k_pe.squeeze(1), self.kv_b_proj.weight, meta)  # latent [c | k_pe]
+        norm = (self.kv_a_layernorm.weight, self.kv_a_layernorm.eps)      # applied as the latent [c | k_pe] is stored
+        o = self.attn(q_nope, q_pe, c, k_pe.squeeze(1), self.kv_b_proj.weight, meta, norm)
         return self.o_proj(o.flatten(1))

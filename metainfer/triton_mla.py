@@ -98,25 +98,33 @@ def mla_decode_latent(q: Tensor,             # [B, H, r]: absorbed queries (W_UK
 
 # %% ../nbs/09e_triton_mla.ipynb #c008b
 @jit
-def _store_latent_kernel(c_ptr, k_pe_ptr, cache_ptr, slot_ptr, stride_c, stride_k, stride_cb, stride_ct,
-                         R: tl.constexpr, DR: tl.constexpr, PAGE: tl.constexpr, BLOCK_R: tl.constexpr,
-                         BLOCK_DR: tl.constexpr):
-    "Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache."
+def _store_latent_kernel(c_ptr, k_pe_ptr, w_ptr, cache_ptr, slot_ptr, stride_c, stride_k, stride_cb, stride_ct, eps,
+                         R: tl.constexpr, DR: tl.constexpr, PAGE: tl.constexpr, NORM: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_DR: tl.constexpr):
+    "Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache (`NORM`: `c` RMS-normalized on the way)."
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     dst = cache_ptr + (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct
     r, dr = tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_DR)
-    tl.store(dst + r, tl.load(c_ptr + t * stride_c + r, mask=r < R), mask=r < R)
+    c = tl.load(c_ptr + t * stride_c + r, mask=r < R, other=0.0)
+    if NORM:  # as `rms_norm`: float32 statistics, normalized value rounded to c's dtype, then times the weight
+        cf = c.to(tl.float32)
+        normed = (cf * (1.0 / tl.sqrt(tl.sum(cf * cf, 0) / R + eps))).to(c.dtype).to(tl.float32)
+        c = normed * tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)
+    tl.store(dst + r, c.to(cache_ptr.dtype.element_ty), mask=r < R)
     tl.store(dst + R + dr, tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR), mask=dr < DR)
 
-def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Tensor) -> None:
-    "As `TorchMLA.store_latent`, in one launch (no concatenation, no scatter)."
+def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Tensor,
+                 c_norm: tuple[Tensor, float] | None = None) -> None:
+    "As `TorchMLA.store_latent`, in one launch (no concatenation, no scatter, the norm included)."
     c, k_pe = (t if t.stride(-1) == 1 else t.contiguous() for t in (c, k_pe))
     R, DR = c.shape[-1], k_pe.shape[-1]
-    _store_latent_kernel[(c.shape[0],)](c, k_pe, latent_cache, slot_mapping, c.stride(0), k_pe.stride(0),
-                                        latent_cache.stride(0), latent_cache.stride(1), R=R, DR=DR,
-                                        PAGE=latent_cache.shape[1], BLOCK_R=triton.next_power_of_2(R),
-                                        BLOCK_DR=triton.next_power_of_2(DR), num_warps=4)
+    w, eps = c_norm if c_norm is not None else (None, 0.0)
+    _store_latent_kernel[(c.shape[0],)](c, k_pe, w, latent_cache, slot_mapping, c.stride(0), k_pe.stride(0),
+                                        latent_cache.stride(0), latent_cache.stride(1), eps, R=R, DR=DR,
+                                        PAGE=latent_cache.shape[1], NORM=c_norm is not None,
+                                        BLOCK_R=triton.next_power_of_2(R), BLOCK_DR=triton.next_power_of_2(DR),
+                                        num_warps=4)
 
 # %% ../nbs/09e_triton_mla.ipynb #c009
 class TritonMLA:
