@@ -8,10 +8,9 @@ engine's (`decode_splits`, from `max_seqlen_k` = the max model length, as in the
 """
 import argparse, itertools, json, random, sys, time
 import torch
-from triton.testing import do_bench
 from metainfer.attention import make_metadata, TorchAttention
 from metainfer.triton_attention import paged_decode
-from metainfer.triton_kernels import relative_error
+from sweep import time_candidates
 
 H, HK, D, PAGE, MAX_LEN = 32, 8, 128, 16, 4096  # Qwen3-8B: query heads, KV heads, head dim; block size; max_model_len
 CASES = {"B=1, 4096 tokens": [4096], "B=16, 1024 tokens": [1024] * 16,
@@ -43,21 +42,12 @@ def main() -> None:
         q, k_cache, v_cache, meta = case_inputs(ctx)
         ref = TorchAttention.decode(q.float(), k_cache.float(), v_cache.float(), meta, scale)
         kv_bytes = sum(ctx) * HK * D * 2 * 2
-        rows = []
-        for bn, warps, stages in [(32, 4, 2)] + grid:  # the current default first
-            opts = dict(block_n=bn, num_warps=warps, num_stages=stages)
-            try:
-                err = relative_error(paged_decode(q, k_cache, v_cache, meta, scale, **opts), ref)
-                run = lambda: paged_decode(q, k_cache, v_cache, meta, scale, **opts)
-                us = do_bench(run, warmup=5, rep=25, return_mode="median") * 1e3
-            except Exception as e:  # e.g. out of shared memory
-                rows.append({"options": opts, "error": repr(e)[:200]}); continue
-            rows.append({"options": opts, "us": us, "rel_err": err, "kv_GBps": kv_bytes / us / 1e3})
-        ok = [r for r in rows if "us" in r and r["rel_err"] < 1e-2]
-        best = min(ok, key=lambda r: r["us"])
+        options = [dict(block_n=bn, num_warps=w, num_stages=s) for bn, w, s in [(32, 4, 2)] + grid]  # default first
+        rows, best = time_candidates(lambda **o: paged_decode(q, k_cache, v_cache, meta, scale, **o), ref, options,
+                                     kv_bytes)
         res["cases"][name] = {"kv_bytes": kv_bytes, "default": rows[0], "best": best, "all": rows}
-        print(f"{name}: default {rows[0].get('us', float('nan')):.1f} us ({rows[0].get('kv_GBps', 0):.0f} GB/s), "
-              f"best {best['us']:.1f} us ({best['kv_GBps']:.0f} GB/s) with {best['options']}", flush=True)
+        print(f"{name}: default {rows[0].get('us', float('nan')):.1f} us ({rows[0].get('GBps', 0):.0f} GB/s of K/V), "
+              f"best {best['us']:.1f} us ({best['GBps']:.0f} GB/s) with {best['options']}", flush=True)
     with open(args.out, "w") as f: json.dump(res, f, indent=1)
 
 

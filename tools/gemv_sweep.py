@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from sweep import time_candidates
 
 SHAPES = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}  # (N, K)
 
@@ -58,23 +59,14 @@ def main() -> None:
             w = (torch.randn(N, K, generator=g, device="cuda") / K ** .5).bfloat16()
             ref, nbytes = F.linear(x, w), w.numel() * w.element_size()
             cublas_us = do_bench(lambda: F.linear(x, w), warmup=5, rep=25, return_mode="median") * 1e3
-            rows = []
-            for bn, bk, warps, stages in grid:
-                if bn * bk * triton.next_power_of_2(M) > 4096 * warps: continue  # the product tile stays in registers
-                opts = dict(block_n=bn, block_k=bk, num_warps=warps, num_stages=stages)
-                try:
-                    err = ((gemv(x, w, **opts).float() - ref.float()).norm() / ref.float().norm()).item()
-                    us = do_bench(lambda: gemv(x, w, **opts), warmup=5, rep=25, return_mode="median") * 1e3
-                except Exception as e:  # e.g. too many registers for this tile
-                    rows.append({"options": opts, "error": repr(e)[:200]}); continue
-                rows.append({"options": opts, "us": us, "rel_err": err, "weight_TBps": nbytes / us / 1e6})
-            ok = [r for r in rows if "us" in r and r["rel_err"] < 1e-2]
-            best = min(ok, key=lambda r: r["us"]) if ok else None
+            options = [dict(block_n=bn, block_k=bk, num_warps=w, num_stages=s) for bn, bk, w, s in grid
+                       if bn * bk * triton.next_power_of_2(M) <= 4096 * w]  # the product tile stays in registers
+            rows, best = time_candidates(lambda **o: gemv(x, w, **o), ref, options, nbytes)
             res["cases"][f"{name} M={M}"] = {"N": N, "K": K, "M": M, "weight_bytes": nbytes,
-                                             "cublas": {"us": cublas_us, "weight_TBps": nbytes / cublas_us / 1e6},
+                                             "cublas": {"us": cublas_us, "GBps": nbytes / cublas_us / 1e3},
                                              "best": best, "all": rows}
-            print(f"{name} M={M}: cuBLAS {cublas_us:.1f} us ({nbytes / cublas_us / 1e6:.2f} TB/s); "
-                  + (f"best GEMV {best['us']:.1f} us ({best['weight_TBps']:.2f} TB/s) {best['options']}" if best else "no GEMV"),
+            print(f"{name} M={M}: cuBLAS {cublas_us:.1f} us ({nbytes / cublas_us / 1e3:.0f} GB/s); "
+                  + (f"best GEMV {best['us']:.1f} us ({best['GBps']:.0f} GB/s) {best['options']}" if best else "no GEMV"),
                   flush=True)
     with open(args.out, "w") as f: json.dump(res, f, indent=1)
 

@@ -144,7 +144,7 @@ def stage_tp2():
     if rc == "TIMEOUT":  # bisect: the same with NCCL for every all-reduce
         rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
     os.environ.pop("METAINFER_STACKS_AFTER")
-    if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
+    if rc == 0: stage_tp2_latency()
 
 
 def stage_agreement_b16():
@@ -157,7 +157,7 @@ def stage_agreement_b16():
 
 def stage_tp2_latency():
     "TP=2 B=1 decode with CUDA graphs (the speed half of stage tp2)."
-    bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile", 150)
+    bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
 
 
 def stage_graphs_identity():
@@ -199,7 +199,7 @@ def stage_deepseek():
     "DeepSeek-V2-Lite on one GPU: agreement with HF, B=1 decode with the HF eager peer (HF's MoE is slow: 128 tokens)."
     m = checkpoint("DeepSeek-V2-Lite")
     bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1", 180)
-    bench(f"latency {m} --batch-size 1 --output-len 128 --name latency-dsv2lite-b1 --profile --peer hf --peer-modes eager", 180)
+    stage_deepseek_latency()
 
 
 def stage_deepseek_latency():

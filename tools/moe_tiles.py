@@ -7,10 +7,9 @@ candidate per batch, and the exact command. The defaults in `metainfer.triton_mo
 """
 import argparse, itertools, json, sys, time
 import torch
-from triton.testing import do_bench
 import metainfer.triton_moe as tm
 from metainfer.moe import fused_moe_ref
-from metainfer.triton_kernels import relative_error
+from sweep import time_candidates
 
 D, I, E, K = 2048, 1408, 64, 6  # DeepSeek-V2-Lite: hidden, expert intermediate, routed experts, experts per token
 
@@ -39,21 +38,14 @@ def main() -> None:
         w, ids = torch.rand(T, E, generator=g, device="cuda").topk(K, dim=-1)
         ref = fused_moe_ref(x.float(), gate_up.float(), down.float(), w, ids)
         touched = ids.unique().numel() * 3 * D * I * 2
-        rows = []
-        for cand in [default(T * K)] + candidates(T):
-            tm.moe_tiles = lambda pairs, c=cand: dict(c)
-            try:
-                err = relative_error(tm.fused_moe(x, gate_up, down, w, ids), ref)
-                us = do_bench(lambda: tm.fused_moe(x, gate_up, down, w, ids), warmup=5, rep=25, return_mode="median") * 1e3
-            except Exception as e:  # e.g. out of shared memory for this tile
-                rows.append({"tiles": cand, "error": repr(e)[:200]}); continue
-            rows.append({"tiles": cand, "us": us, "rel_err": err, "weight_GBps": touched / us / 1e3})
-        tm.moe_tiles = default
-        ok = [r for r in rows if "us" in r and r["rel_err"] < 1e-2]
-        best = min(ok, key=lambda r: r["us"])
+        def run(**tiles):  # fused_moe with these tiles for every batch
+            tm.moe_tiles = lambda pairs: dict(tiles)
+            return tm.fused_moe(x, gate_up, down, w, ids)
+        try: rows, best = time_candidates(run, ref, [default(T * K)] + candidates(T), touched)
+        finally: tm.moe_tiles = default
         res["batches"][T] = {"default": rows[0], "best": best, "all": rows}
         print(f"T={T}: default {rows[0].get('us', float('nan')):.1f} us, best {best['us']:.1f} us "
-              f"({best['weight_GBps']:.0f} GB/s) with {best['tiles']}", flush=True)
+              f"({best['GBps']:.0f} GB/s of expert weights) with {best['options']}", flush=True)
     with open(args.out, "w") as f: json.dump(res, f, indent=1)
 
 
