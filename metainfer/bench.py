@@ -329,12 +329,13 @@ def bench_main(args) -> dict:
             del engine
     else:
         res["metainfer"] = run_throughput(llm, args.num_seqs, args.min_len, args.max_len)
-        if args.profile and cuda:  # the same workload again, profiled once every sequence is decoding
+        if args.profile and cuda:  # the same workload again: two prefill steps, then steps once every sequence is decoding
             from metainfer.sequence import SamplingParams
             m, engine = res["metainfer"], llm.engine
             prompts = random_prompts(args.num_seqs, args.min_len, args.max_len, cfg.vocab_size, 0)
             for i, (p, n) in enumerate(zip(prompts, m["output_lens"])):
                 engine.add_request(f"prof{i}", p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True), stream=False)
+            res["profile_prefill"] = profile_steps(engine, 2)
             while engine.scheduler.waiting: engine.step()
             res["profile"] = profile_steps(engine, 16)
             while engine.has_unfinished_requests(): engine.step()

@@ -42,10 +42,12 @@ def model_class(family: str) -> type[nn.Module]:
         raise NotImplementedError(f"model family {family!r} is not implemented yet") from e
 
 # %% ../nbs/13_runner.ipynb #c007
-def resolve_device(device: str) -> torch.device:
-    "`auto` is CUDA when available, else CPU."
-    if device == "auto": return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+def resolve_device(device: str, rank: int | None = None) -> torch.device:
+    "`auto` is CUDA when available, else CPU. A CUDA device gets its index: `rank`'s GPU under TP, else the current one."
+    if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
+    d = torch.device(device)
+    if d.type != "cuda" or d.index is not None: return d
+    return torch.device("cuda", torch.cuda.current_device() if rank is None else rank)
 
 def resolve_dtype(dtype: str, model_config: ModelConfig, device: torch.device) -> torch.dtype:
     "`auto` is the checkpoint's dtype on GPU and float32 on CPU (the reference path)."
@@ -95,9 +97,7 @@ class ModelRunner:
     "Owns the model and KV pool of one rank and runs scheduled batches."
     def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int, tp: ParallelInfo | None = None):
         self.config, self.model_config, self.tp = config, model_config, tp or get_tp()
-        self.device = resolve_device(config.device)
-        if self.device.type == "cuda" and self.device.index is None and self.tp.size > 1:
-            self.device = torch.device("cuda", self.tp.rank)
+        self.device = resolve_device(config.device, self.tp.rank if self.tp.size > 1 else None)
         if self.device.type == "cuda": torch.cuda.set_device(self.device)  # Triton launches and events use the
                                                                            # current device: make it this one
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
