@@ -26,6 +26,7 @@ class AttentionMetadata:
     cu_seqlens_k: Tensor   # [B+1] int32: offsets of each sequence's whole context
     max_seqlen_q: int
     max_seqlen_k: int
+    has_prefix: bool = True  # whether a sequence attends to tokens cached before this step (known on the host)
 
 # %% ../nbs/07_attention.ipynb #c006
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
@@ -51,7 +52,7 @@ def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_
     slots = tables[seq, positions // block_size].long() * block_size + positions % block_size
     dev = lambda t: to_device(t, device)
     meta = AttentionMetadata(is_prefill, dev(slots), dev(ctx), dev(tables), dev(cu_q), dev(F.pad(ctx.cumsum(0), (1, 0)).int()),
-                             int(qlen.max()), int(ctx.max()))
+                             int(qlen.max()), int(ctx.max()), list(context_lens) != list(query_lens))
     return dev(positions), meta
 
 # %% ../nbs/07_attention.ipynb #c010

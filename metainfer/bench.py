@@ -292,6 +292,7 @@ def bench_main(args) -> dict:
     out = Path(args.out); out.mkdir(parents=True, exist_ok=True)
     llm = LLM(args.model, tensor_parallel_size=args.tensor_parallel_size, dtype=args.dtype, device=args.device,
               enforce_eager=args.enforce_eager, async_scheduling=args.async_scheduling, disable_custom_all_reduce=args.disable_custom_all_reduce, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+              kernel_backend=getattr(args, "kernel_backend", "auto"), attention_backend=getattr(args, "attention_backend", "auto"),
               gpu_memory_utilization=args.gpu_memory_utilization)
     runner, cfg = llm.engine.runner, llm.engine.model_config
     cuda = runner.device.type == "cuda"

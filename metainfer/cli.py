@@ -8,8 +8,8 @@ import argparse, os, sys, time
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['default_model_dir', 'generate_main', 'serve_cmd', 'bench_cmd', 'bench_serve_cmd', 'add_serve_parser',
-           'add_bench_serve_parser', 'build_parser', 'main']
+__all__ = ['default_model_dir', 'generate_main', 'serve_cmd', 'bench_cmd', 'bench_serve_cmd', 'add_kernel_arguments',
+           'add_serve_parser', 'add_bench_serve_parser', 'build_parser', 'main']
 
 # %% ../nbs/15_cli.ipynb #c004
 def default_model_dir() -> Path:
@@ -53,6 +53,14 @@ def bench_serve_cmd(args) -> None:
     from metainfer.bench_serve import bench_serve_main
     bench_serve_main(args)
 
+def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
+    "`--kernel-backend` and `--attention-backend` (`EngineConfig.kernel_backend` / `attention_backend`)."
+    from metainfer.runner import KERNEL_BACKENDS, ATTENTION_BACKENDS
+    p.add_argument("--kernel-backend", default="auto", choices=KERNEL_BACKENDS,
+                   help="element-wise, MoE and MLA kernels (auto: vLLM's if it imports, else Triton on GPU, torch on CPU)")
+    p.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS,
+                   help="auto: flash_attn if it imports, else the kernel backend's own")
+
 def add_serve_parser(sub) -> None:
     s = sub.add_parser("serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
     s.add_argument("model", nargs="?", help="checkpoint folder (default: the embedded tiny random model)")
@@ -70,6 +78,7 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True,
                    help="prepare the next step while the GPU runs this one (default: on)")
     s.add_argument("--disable-custom-all-reduce", action="store_true", help="TP on GPU: NCCL only")
+    add_kernel_arguments(s)
     s.add_argument("--dtype", default="auto")
     s.add_argument("--device", default="auto")
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -120,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("throughput", "offline: 256 sequences, lengths uniform in [100, 1024]"),
                        ("agreement", "teacher-forced top-1 agreement with HF or an earlier run"),
                        ("allreduce", "all-reduce latency, NCCL vs symmetric memory")):
-        add_bench_arguments(m := bench.add_parser(mode, help=what))
+        add_bench_arguments(m := bench.add_parser(mode, help=what)); add_kernel_arguments(m)
         m.set_defaults(func=bench_cmd)
     return p
 

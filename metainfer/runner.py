@@ -25,9 +25,10 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
     log.setLevel(logging.INFO)
 
 # %% auto #0
-__all__ = ['log', 'MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'select_kernels',
-           'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors',
-           'last_step_ids', 'fill_pending', 'execute', 'logits', 'LaunchedStep', 'launch', 'run', 'DecodeGraphs']
+__all__ = ['log', 'MODEL_CLASSES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_class', 'resolve_device', 'resolve_dtype',
+           'default_dtype', 'select_kernels', 'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill',
+           'prepare_decode', 'sampling_tensors', 'last_step_ids', 'fill_pending', 'execute', 'logits', 'LaunchedStep',
+           'launch', 'run', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -63,23 +64,45 @@ def default_dtype(dtype: torch.dtype):
     finally: torch.set_default_dtype(old)
 
 # %% ../nbs/13_runner.ipynb #c010
-def select_kernels(device: torch.device, backend: str = "auto") -> str:
-    "Fill the element-wise and attention kernel tables for `device`; returns the backend's name."
+KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")                      # element-wise, MoE and MLA kernels
+ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
+
+def select_kernels(device: torch.device, backend: str = "auto", attention: str = "auto") -> str:
+    "Fill the kernel tables for `device`; returns the backend's name (`element-wise/attention` when they differ)."
     from metainfer.kernels import ops, TorchKernels
     from metainfer.attention import attention_ops, TorchAttention
     from metainfer.mla import mla_ops, TorchMLA
     from metainfer.moe import moe_ops, TorchMoE
-    if backend == "auto": backend = "triton" if device.type == "cuda" else "torch"
-    if backend == "triton":
-        from metainfer.triton_kernels import TritonKernels
+    from metainfer.external_kernels import importable
+    if backend not in KERNEL_BACKENDS: raise ValueError(f"unknown kernel backend {backend!r}: one of {KERNEL_BACKENDS}")
+    if attention not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {attention!r}: one of {ATTENTION_BACKENDS}")
+    gpu = device.type == "cuda"
+    if backend == "auto": backend = ("vllm" if importable("vllm._custom_ops") else "triton") if gpu else "torch"
+    if backend == "torch":
+        ops.use(TorchKernels()); mla_ops.use(TorchMLA()); moe_ops.use(TorchMoE())
+        own = TorchAttention()
+    else:
+        from metainfer.triton_kernels import TritonKernels, interpreting
         from metainfer.triton_attention import TritonAttention
         from metainfer.triton_mla import TritonMLA
         from metainfer.triton_moe import TritonMoE
-        ops.use(TritonKernels()); attention_ops.use(TritonAttention()); mla_ops.use(TritonMLA()); moe_ops.use(TritonMoE())
-    elif backend == "torch":
-        ops.use(TorchKernels()); attention_ops.use(TorchAttention()); mla_ops.use(TorchMLA()); moe_ops.use(TorchMoE())
-    else: raise ValueError(f"unknown kernel backend {backend!r}")
-    return backend
+        from metainfer.external_kernels import VllmKernels
+        ops.use(VllmKernels() if backend == "vllm" else TritonKernels()); mla_ops.use(TritonMLA()); moe_ops.use(TritonMoE())
+        own = TritonAttention() if gpu or interpreting() else TorchAttention()
+    if attention == "auto": attention = "flash_attn" if gpu and importable("flash_attn") else own.name
+    if attention == "flash_attn":
+        from metainfer.external_kernels import FlashAttnAttention
+        attn = FlashAttnAttention(fallback=own)
+    elif attention == "varlen":
+        from metainfer.triton_attention import VarlenTritonAttention
+        attn = VarlenTritonAttention()
+    elif attention == own.name: attn = own
+    else:
+        from metainfer.triton_attention import TritonAttention
+        attn = TorchAttention() if attention == "torch" else TritonAttention()
+    attention_ops.use(attn)
+    return backend if attn.name == backend else f"{backend}/{attn.name}"
 
 # %% ../nbs/13_runner.ipynb #c013
 def kv_block_budget(config: EngineConfig, bytes_per_block: int, max_model_len: int, device: torch.device) -> int:
@@ -102,7 +125,7 @@ class ModelRunner:
                                                                            # current device: make it this one
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
         self.block_size, self.max_model_len = config.block_size, max_model_len
-        self.kernel_backend = select_kernels(self.device, config.kernel_backend)
+        self.kernel_backend = select_kernels(self.device, config.kernel_backend, config.attention_backend)
         with torch.device(self.device), default_dtype(self.dtype):
             self.model = model_class(model_config.family)(model_config).eval()
         load_weights(self.model, config.model, progress=self.tp.rank == 0)

@@ -619,7 +619,8 @@ def serve_main(args) -> None:
                           gpu_memory_utilization=args.gpu_memory_utilization, max_num_seqs=args.max_num_seqs,
                           max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks,
                           enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
-                          async_scheduling=args.async_scheduling, disable_custom_all_reduce=args.disable_custom_all_reduce)
+                          async_scheduling=args.async_scheduling, disable_custom_all_reduce=args.disable_custom_all_reduce,
+                          kernel_backend=args.kernel_backend, attention_backend=args.attention_backend)
     engine = AsyncLLMEngine(LLMEngine(config))
     api_key = args.api_key or os.environ.get("METAINFER_API_KEY") or os.environ.get("VLLM_API_KEY") or None
     app = build_app(engine, args.served_model_name or [model], api_key)

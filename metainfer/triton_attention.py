@@ -233,7 +233,7 @@ def varlen_available() -> bool:
 def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
                    scale: float) -> Tensor:
     "Prefill by `varlen_attn` on the step's own `k`/`v` if no sequence has a cached prefix, else `paged_prefill`."
-    if not torch.equal(meta.cu_seqlens_q, meta.cu_seqlens_k): return paged_prefill(q, k_cache, v_cache, meta, scale)
+    if meta.has_prefix: return paged_prefill(q, k_cache, v_cache, meta, scale)
     from torch.nn.attention.varlen import varlen_attn
     gqa = {}
     if q.shape[1] != k.shape[1]:   # newer PyTorch takes GQA as is; older needs the KV heads repeated
