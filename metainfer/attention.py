@@ -27,6 +27,8 @@ class AttentionMetadata:
     max_seqlen_q: int
     max_seqlen_k: int
     has_prefix: bool = True  # whether a sequence attends to tokens cached before this step (known on the host)
+    context_slots: Tensor | None = None  # [sum of context_lens] int64: every context token's slot, sequence by
+                                         # sequence (prefill only; `slot_mapping` itself when there is no prefix)
 
 # %% ../nbs/07_attention.ipynb #c006
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
@@ -49,10 +51,16 @@ def make_metadata(block_tables: list[list[int]], context_lens: list[int], query_
     cu_q = F.pad(qlen.cumsum(0), (1, 0)).int()
     seq = torch.repeat_interleave(torch.arange(B), qlen)                            # [T] sequence of each token
     positions = (ctx - qlen)[seq] + torch.arange(len(seq)) - cu_q[seq]              # [T]
-    slots = tables[seq, positions // block_size].long() * block_size + positions % block_size
+    slot_of = lambda s, p: tables[s, p // block_size].long() * block_size + p % block_size
+    slots, cu_k = slot_of(seq, positions), F.pad(ctx.cumsum(0), (1, 0)).int()
     dev = lambda t: to_device(t, device)
-    meta = AttentionMetadata(is_prefill, dev(slots), dev(ctx), dev(tables), dev(cu_q), dev(F.pad(ctx.cumsum(0), (1, 0)).int()),
-                             int(qlen.max()), int(ctx.max()), list(context_lens) != list(query_lens))
+    has_prefix = list(context_lens) != list(query_lens)
+    meta = AttentionMetadata(is_prefill, dev(slots), dev(ctx), dev(tables), dev(cu_q), dev(cu_k), int(qlen.max()),
+                             int(ctx.max()), has_prefix)
+    if is_prefill and has_prefix:  # every context token's slot, for attention that gathers the context contiguously
+        seq_k = torch.repeat_interleave(torch.arange(B), ctx)
+        meta.context_slots = dev(slot_of(seq_k, torch.arange(len(seq_k)) - cu_k[seq_k]))
+    elif is_prefill: meta.context_slots = meta.slot_mapping
     return dev(positions), meta
 
 # %% ../nbs/07_attention.ipynb #c010

@@ -107,7 +107,7 @@ class EngineConfig:
     async_scheduling: bool = True           # prepare step N+1 while the GPU runs step N (read tokens back a step late)
     disable_custom_all_reduce: bool = False # GPU TP: NCCL for every all-reduce (no symmetric-memory one-shot)
     kernel_backend: str = "auto"            # "auto" (vLLM's if it imports, else Triton on GPU; torch on CPU) | "torch" | "triton" | "vllm"
-    attention_backend: str = "auto"         # "auto" (flash_attn if it imports, else as kernel_backend) | "torch" | "triton" | "varlen" | "flash_attn"
+    attention_backend: str = "auto"         # "auto" (GPU: flash_attn if it imports, else varlen if PyTorch has it, else triton) | "torch" | "triton" | "varlen" | "flash_attn"
     seed: int = 0
 
     def __post_init__(self):

@@ -90,7 +90,10 @@ def select_kernels(device: torch.device, backend: str = "auto", attention: str =
         from metainfer.external_kernels import VllmKernels
         ops.use(VllmKernels() if backend == "vllm" else TritonKernels()); mla_ops.use(TritonMLA()); moe_ops.use(TritonMoE())
         own = TritonAttention() if gpu or interpreting() else TorchAttention()
-    if attention == "auto": attention = "flash_attn" if gpu and importable("flash_attn") else own.name
+    if attention == "auto":  # on a GPU: flash-attn if it imports, else PyTorch's FlashAttention for fresh prefills
+        from metainfer.triton_attention import varlen_available
+        attention = own.name if not gpu or own.name == "torch" else "flash_attn" if importable("flash_attn") else \
+                    "varlen" if varlen_available() else own.name
     if attention == "flash_attn":
         from metainfer.external_kernels import FlashAttnAttention
         attn = FlashAttnAttention(fallback=own)

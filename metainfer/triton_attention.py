@@ -259,6 +259,6 @@ class TritonAttention:
         return paged_decode(q, k_cache, v_cache, meta, scale)
 
 class VarlenTritonAttention(TritonAttention):
-    "`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (off by default)."
-    name = "triton+varlen"
+    "`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (the GPU default where it runs)."
+    name = "varlen"
     prefill = staticmethod(varlen_prefill)

@@ -10,10 +10,11 @@ from torch import Tensor
 from .attention import AttentionMetadata
 from .mla import TorchMLA
 from .triton_kernels import available, jit, triton, tl
-from .triton_attention import decode_splits
+from .triton_attention import decode_splits, varlen_available
+import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['mla_decode_latent', 'store_latent', 'TritonMLA']
+__all__ = ['mla_decode_latent', 'store_latent', 'mla_prefill_varlen', 'TritonMLA']
 
 # %% ../nbs/09e_triton_mla.ipynb #c006
 @jit
@@ -127,11 +128,30 @@ def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Te
                                         num_warps=4)
 
 # %% ../nbs/09e_triton_mla.ipynb #c009
+def mla_prefill_varlen(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
+                       meta: AttentionMetadata, scale: float) -> Tensor:
+    "As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then `varlen_attn`: `[T, H, dv]`."
+    from torch.nn.attention.varlen import varlen_attn
+    (T, H, dn), dr, r, dv = q_nope.shape, q_pe.shape[-1], w_uk.shape[-1], w_uv.shape[1]
+    c, k_pe = latent_cache.view(-1, r + dr)[meta.context_slots].split([r, dr], -1)       # [Tk, r], [Tk, dr]
+    k = torch.cat([torch.einsum("nr,hdr->nhd", c, w_uk), k_pe[:, None].expand(-1, H, -1)], -1)  # [Tk, H, dn+dr]
+    v = F.pad(torch.einsum("nr,hvr->nhv", c, w_uv), (0, dn + dr - dv))  # FlashAttention takes one head dim: pad V's
+    out = varlen_attn(torch.cat([q_nope, q_pe], -1), k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
+                      meta.max_seqlen_k, scale=scale, window_size=(-1, 0))  # causal, aligned to each context's end
+    return out[..., :dv]
+
 class TritonMLA:
     "MLA with a Triton absorbed decode, with the interface of `TorchMLA`: the GPU backend of the MLA table."
     name = "triton"
     store_latent = staticmethod(store_latent)
-    prefill = staticmethod(TorchMLA.prefill)
+
+    @staticmethod
+    def prefill(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
+                meta: AttentionMetadata, scale: float) -> Tensor:
+        "`mla_prefill_varlen` where PyTorch's FlashAttention runs (CUDA, 16-bit), else `TorchMLA.prefill`."
+        if q_nope.is_cuda and q_nope.dtype != torch.float32 and varlen_available():
+            return mla_prefill_varlen(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
+        return TorchMLA.prefill(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
 
     @staticmethod
     def decode(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
