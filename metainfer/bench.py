@@ -102,7 +102,8 @@ def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed
     rng = random.Random(seed + 1)
     out_lens = [rng.randint(lo, hi) for _ in prompts]
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in out_lens]
-    llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)  # warm-up
+    warm = random_prompts(4, lo, hi, vocab, seed + 100)  # other prompts: the measured ones must not hit the prefix cache
+    llm.generate(warm, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
     stats0, start = dict(llm.engine.stats), time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=True)
     elapsed = time.perf_counter() - start
@@ -330,10 +331,10 @@ def bench_main(args) -> dict:
             del engine
     else:
         res["metainfer"] = run_throughput(llm, args.num_seqs, args.min_len, args.max_len)
-        if args.profile and cuda:  # the same workload again: two prefill steps, then steps once every sequence is decoding
-            from metainfer.sequence import SamplingParams
+        if args.profile and cuda:  # the workload again (new prompts: no prefix-cache hits), two prefill steps, then
+            from metainfer.sequence import SamplingParams  # steps once every sequence is decoding
             m, engine = res["metainfer"], llm.engine
-            prompts = random_prompts(args.num_seqs, args.min_len, args.max_len, cfg.vocab_size, 0)
+            prompts = random_prompts(args.num_seqs, args.min_len, args.max_len, cfg.vocab_size, 1)
             for i, (p, n) in enumerate(zip(prompts, m["output_lens"])):
                 engine.add_request(f"prof{i}", p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True), stream=False)
             res["profile_prefill"] = profile_steps(engine, 2)
