@@ -233,14 +233,24 @@ def varlen_available() -> bool:
 def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
                    scale: float) -> Tensor:
     "Prefill by `varlen_attn` on the step's own `k`/`v` if no sequence has a cached prefix, else `paged_prefill`."
+    global _shares_kv_heads
     if meta.has_prefix: return paged_prefill(q, k_cache, v_cache, meta, scale)
     from torch.nn.attention.varlen import varlen_attn
-    gqa = {}
-    if q.shape[1] != k.shape[1]:   # newer PyTorch takes GQA as is; older needs the KV heads repeated
-        if "enable_gqa" in inspect.signature(varlen_attn).parameters: gqa = {"enable_gqa": True}
-        else: k, v = (x.repeat_interleave(q.shape[1] // k.shape[1], 1) for x in (k, v))
-    return varlen_attn(q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q, meta.max_seqlen_k,
-                       scale=scale, window_size=(-1, 0), **gqa)
+    attend = lambda k, v, **kw: varlen_attn(q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
+                                            meta.max_seqlen_k, scale=scale, window_size=(-1, 0), **kw)
+    if q.shape[1] == k.shape[1]: return attend(k, v)
+    if _takes_gqa_flag(varlen_attn): return attend(k, v, enable_gqa=True)
+    if _shares_kv_heads is not False:  # no flag (PyTorch 2.11): FlashAttention underneath shares K/V heads itself,
+        try:                           # unless this version's wrapper refuses fewer of them
+            out, _shares_kv_heads = attend(k, v), True
+            return out
+        except (RuntimeError, ValueError): _shares_kv_heads = False
+    return attend(*(x.repeat_interleave(q.shape[1] // k.shape[1], 1) for x in (k, v)))
+
+_shares_kv_heads = None  # whether `varlen_attn` without an `enable_gqa` flag took fewer K/V heads (learnt on first use)
+
+@functools.cache
+def _takes_gqa_flag(varlen_attn) -> bool: return "enable_gqa" in inspect.signature(varlen_attn).parameters
 
 # %% ../nbs/07a_triton_attention.ipynb #c031
 class TritonAttention:

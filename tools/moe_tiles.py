@@ -39,7 +39,7 @@ def main() -> None:
         ref = fused_moe_ref(x.float(), gate_up.float(), down.float(), w, ids)
         touched = ids.unique().numel() * 3 * D * I * 2
         def run(**tiles):  # fused_moe with these tiles for every batch
-            tm.moe_tiles = lambda pairs: dict(tiles)
+            tm.moe_tiles = lambda pairs, itemsize=2: dict(tiles)
             return tm.fused_moe(x, gate_up, down, w, ids)
         try: rows, best = time_candidates(run, ref, [default(T * K)] + candidates(T), touched)
         finally: tm.moe_tiles = default
