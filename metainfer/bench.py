@@ -147,8 +147,8 @@ def hf_compiled_decode(model, ids: Tensor, n: int, warmup: int = 3) -> dict:
     for i in range(warmup + n):
         if i == 1: compile_s = time.perf_counter() - start - ttft      # the first call compiles
         if i == warmup: _sync(ids); t0 = time.perf_counter()
-        torch.compiler.cudagraph_mark_step_begin()
-        tokens.append(tok := step(tok, pos + i))
+        torch.compiler.cudagraph_mark_step_begin()  # the graph's output is overwritten by its next replay: keep a copy
+        tokens.append(tok := step(tok, pos + i).clone())
     _sync(ids)
     res = {"decode_tokens_per_s": n / (time.perf_counter() - t0), "ttft_s": ttft, "compile_s": compile_s,
            "token_ids": torch.cat(tokens, 1)[0].tolist()}
