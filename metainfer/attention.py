@@ -31,7 +31,9 @@ class AttentionMetadata:
                                          # sequence (prefill only; `slot_mapping` itself when there is no prefix)
 
 # %% ../nbs/07_attention.ipynb #c006
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512)
+# every 16 rows from 32 on: once a decode step's GEMMs are compute-bound (~190 rows of Qwen3-8B on an H200), each
+# padded row costs as much as a real one
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, *range(32, 513, 16))
 
 def batch_bucket(n: int) -> int:
     "The batch a decode step of `n` sequences runs at: padded to this size in a CUDA graph, and tuned for it without."
