@@ -72,9 +72,10 @@ class VllmKernels:
                q_weight: Tensor | None = None, k_weight: Tensor | None = None, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
         if q_weight is not None: q, k = self.rms_norm(q, q_weight, eps), self.rms_norm(k, k_weight, eps)
         else: q, k = q.contiguous(), k.contiguous()
-        key = (cos_sin_cache.data_ptr(), q.dtype)
+        key = (cos_sin_cache.data_ptr(), tuple(cos_sin_cache.shape), q.dtype)
         if key not in self.cos_sin: self.cos_sin[key] = cos_sin_cache.to(q.dtype)
-        self.vllm.rotary_embedding(positions.long(), q, k, q.shape[-1], self.cos_sin[key], is_neox)
+        T = q.shape[0]  # `[T, H·D]`: the layout every vLLM version takes (newer ones also take `[T, H, D]`)
+        self.vllm.rotary_embedding(positions.long(), q.view(T, -1), k.view(T, -1), q.shape[-1], self.cos_sin[key], is_neox)
         return q, k
 
     def silu_and_mul(self, x: Tensor) -> Tensor:

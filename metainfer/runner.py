@@ -78,9 +78,9 @@ def select_kernels(device: torch.device, backend: str = "auto", attention: str =
     if attention not in ATTENTION_BACKENDS:
         raise ValueError(f"unknown attention backend {attention!r}: one of {ATTENTION_BACKENDS}")
     gpu = device.type == "cuda"
-    if backend == "auto":  # vLLM's kernels where they load (its `_C` ops come with its package), else Triton
-        vllm_loads = importable("vllm._custom_ops") and hasattr(torch.ops._C, "silu_and_mul")
-        backend = ("vllm" if vllm_loads else "triton") if gpu else "torch"
+    if backend == "auto":  # on a GPU, vLLM's kernels where they load (its `_C` ops come with its package), else Triton
+        vllm_loads = gpu and importable("vllm._custom_ops") and hasattr(torch.ops._C, "silu_and_mul")
+        backend = "vllm" if vllm_loads else "triton" if gpu else "torch"
     if backend == "torch":
         ops.use(TorchKernels()); mla_ops.use(TorchMLA()); moe_ops.use(TorchMoE())
         own = TorchAttention()

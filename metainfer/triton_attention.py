@@ -232,9 +232,10 @@ def varlen_available() -> bool:
 
 def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
                    scale: float) -> Tensor:
-    "Prefill by `varlen_attn` on the step's own `k`/`v` if no sequence has a cached prefix, else `paged_prefill`."
+    "Prefill by `varlen_attn` on the step's own `k`/`v` (no cached prefix, 16-bit, on CUDA), else `paged_prefill`."
     global _shares_kv_heads
-    if meta.has_prefix: return paged_prefill(q, k_cache, v_cache, meta, scale)
+    flash = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256  # FlashAttention's limits
+    if meta.has_prefix or not flash: return paged_prefill(q, k_cache, v_cache, meta, scale)
     from torch.nn.attention.varlen import varlen_attn
     attend = lambda k, v, **kw: varlen_attn(q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
                                             meta.max_seqlen_k, scale=scale, window_size=(-1, 0), **kw)
@@ -244,7 +245,9 @@ def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Te
         try:                           # unless this version's wrapper refuses fewer of them
             out, _shares_kv_heads = attend(k, v), True
             return out
-        except (RuntimeError, ValueError): _shares_kv_heads = False
+        except (RuntimeError, ValueError) as e:
+            if "head" not in str(e).lower(): raise  # out of memory, a CUDA error...: not a verdict on GQA
+            _shares_kv_heads = False
     return attend(*(x.repeat_interleave(q.shape[1] // k.shape[1], 1) for x in (k, v)))
 
 _shares_kv_heads = None  # whether `varlen_attn` without an `enable_gqa` flag took fewer K/V heads (learnt on first use)

@@ -129,16 +129,38 @@ def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Te
 
 # %% ../nbs/09e_triton_mla.ipynb #c009
 def mla_prefill_varlen(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
-                       meta: AttentionMetadata, scale: float) -> Tensor:
+                       meta: AttentionMetadata, scale: float, max_kv_bytes: int = 2**29) -> Tensor:
     "As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then `varlen_attn`: `[T, H, dv]`."
     from torch.nn.attention.varlen import varlen_attn
     (T, H, dn), dr, r, dv = q_nope.shape, q_pe.shape[-1], w_uk.shape[-1], w_uv.shape[1]
+    assert dv <= dn + dr, "V is padded to the query/key head dim"
+    kv_bytes = meta.context_slots.shape[0] * H * (dn + dr) * 2 * q_nope.element_size()
+    if kv_bytes > max_kv_bytes and meta.context_lens.shape[0] > 1:  # long cached prefixes: whole sequences at a time
+        return _in_groups(mla_prefill_varlen, q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale, max_kv_bytes)
     c, k_pe = latent_cache.view(-1, r + dr)[meta.context_slots].split([r, dr], -1)       # [Tk, r], [Tk, dr]
     k = torch.cat([torch.einsum("nr,hdr->nhd", c, w_uk), k_pe[:, None].expand(-1, H, -1)], -1)  # [Tk, H, dn+dr]
     v = F.pad(torch.einsum("nr,hvr->nhv", c, w_uv), (0, dn + dr - dv))  # FlashAttention takes one head dim: pad V's
     out = varlen_attn(torch.cat([q_nope, q_pe], -1), k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
                       meta.max_seqlen_k, scale=scale, window_size=(-1, 0))  # causal, aligned to each context's end
     return out[..., :dv]
+
+def _in_groups(prefill, q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
+               meta: AttentionMetadata, scale: float, max_kv_bytes: int) -> Tensor:
+    "`prefill` over groups of whole sequences whose K/V fit in `max_kv_bytes` (at least one sequence a group)."
+    cq, ck = meta.cu_seqlens_q.tolist(), meta.cu_seqlens_k.tolist()
+    per_token = q_nope.shape[1] * (q_nope.shape[-1] + q_pe.shape[-1]) * 2 * q_nope.element_size()
+    out = q_nope.new_empty(*q_nope.shape[:2], w_uv.shape[1])
+    i, B = 0, len(cq) - 1
+    while i < B:
+        j = i + 1
+        while j < B and (ck[j + 1] - ck[i]) * per_token <= max_kv_bytes: j += 1
+        sub = AttentionMetadata(True, meta.slot_mapping[cq[i]:cq[j]], meta.context_lens[i:j], meta.block_tables[i:j],
+                                meta.cu_seqlens_q[i:j + 1] - cq[i], meta.cu_seqlens_k[i:j + 1] - ck[i],
+                                max(cq[s + 1] - cq[s] for s in range(i, j)), max(ck[s + 1] - ck[s] for s in range(i, j)),
+                                meta.has_prefix, meta.context_slots[ck[i]:ck[j]])
+        out[cq[i]:cq[j]] = prefill(q_nope[cq[i]:cq[j]], q_pe[cq[i]:cq[j]], latent_cache, w_uk, w_uv, sub, scale, max_kv_bytes)
+        i = j
+    return out
 
 class TritonMLA:
     "MLA with a Triton absorbed decode, with the interface of `TorchMLA`: the GPU backend of the MLA table."

@@ -185,7 +185,7 @@ def _moe_sum_kernel(rows_ptr, ids_ptr, add_ptr, out_ptr, expert_start, n_experts
 def moe_tiles(pairs: int, itemsize: int = 2) -> dict:
     "Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs (H200 sweep, run7)."
     # 16-bit weights; float32 ones get half the K tile, so the staged tiles still fit in shared memory
-    if pairs <= 512: return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512 // itemsize, num_warps=8, num_stages=3)
+    if pairs <= 512: return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=min(256, 512 // itemsize), num_warps=8, num_stages=3)
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3)
 
 def fused_moe(x: Tensor,             # [T, D]
