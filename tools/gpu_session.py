@@ -3,7 +3,7 @@
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
-deepseek-tp2, moe-tiles, decode-tiles, blas-overhead, gemv-sweep, agreement-b16.
+deepseek-tp2, moe-tiles, decode-tiles, blas-overhead, gemv-sweep, agreement-b16, launch-overhead.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
 carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
@@ -219,6 +219,12 @@ def stage_gemv_sweep():
 
 def stage_blas_overhead():
     sh(f"{PY} tools/blas_overhead.py --out {RES}/blas-overhead-h200.json", 60)
+    keep()
+
+
+def stage_launch_overhead():
+    "Host µs per launch: F.linear, torch.empty, a module call, a Triton JIT launch and a cached Triton launch."
+    sh(f"{PY} tools/launch_overhead.py --out {RES}/launch-overhead-h200.json", 60)
     keep()
 
 
