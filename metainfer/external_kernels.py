@@ -8,6 +8,7 @@ import importlib
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata
+from .triton_attention import flash_attention_takes
 
 # %% auto #0
 __all__ = ['importable', 'FlashAttnAttention', 'VllmKernels', 'fa_varlen_stand_in', 'fa_kvcache_stand_in', 'stand_ins']
@@ -32,7 +33,7 @@ class FlashAttnAttention:
     @staticmethod
     def supports(q: Tensor, cache: Tensor | None = None) -> bool:
         "FlashAttention-2's limits: fp16/bf16, head dim <= 256, and a paged cache's block size a multiple of 256."
-        return q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256 and (cache is None or cache.shape[1] % 256 == 0)
+        return flash_attention_takes(q.dtype, q.shape[-1]) and (cache is None or cache.shape[1] % 256 == 0)
 
     def prefill(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
                 scale: float) -> Tensor:

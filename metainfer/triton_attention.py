@@ -11,8 +11,8 @@ from .attention import AttentionMetadata, batch_bucket
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
-__all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'paged_decode', 'varlen_available', 'varlen_prefill',
-           'TritonAttention', 'VarlenTritonAttention']
+__all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'paged_decode', 'varlen_available', 'flash_attention_takes',
+           'causal_varlen', 'varlen_prefill', 'TritonAttention', 'VarlenTritonAttention']
 
 # %% ../nbs/07a_triton_attention.ipynb #c006
 @jit
@@ -230,15 +230,24 @@ def varlen_available() -> bool:
     except ImportError: return False
     return torch.cuda.is_available()
 
+def flash_attention_takes(dtype: torch.dtype, head_dim: int) -> bool:
+    "FlashAttention's limits (flash-attn's and PyTorch's `varlen_attn` alike): fp16/bf16, head dim <= 256."
+    return dtype in (torch.float16, torch.bfloat16) and head_dim <= 256
+
+def causal_varlen(q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, scale: float, **kw) -> Tensor:
+    "`varlen_attn` over the step's sequences (`cu_seqlens_q`/`_k`), causal and aligned to each context's end."
+    from torch.nn.attention.varlen import varlen_attn
+    return varlen_attn(q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q, meta.max_seqlen_k,
+                       scale=scale, window_size=(-1, 0), **kw)
+
 def varlen_prefill(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
                    scale: float) -> Tensor:
     "Prefill by `varlen_attn` on the step's own `k`/`v` (no cached prefix, 16-bit, on CUDA), else `paged_prefill`."
     global _shares_kv_heads
-    flash = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[-1] <= 256  # FlashAttention's limits
-    if meta.has_prefix or not flash: return paged_prefill(q, k_cache, v_cache, meta, scale)
+    if meta.has_prefix or not (q.is_cuda and flash_attention_takes(q.dtype, q.shape[-1])):
+        return paged_prefill(q, k_cache, v_cache, meta, scale)
     from torch.nn.attention.varlen import varlen_attn
-    attend = lambda k, v, **kw: varlen_attn(q, k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
-                                            meta.max_seqlen_k, scale=scale, window_size=(-1, 0), **kw)
+    attend = lambda k, v, **kw: causal_varlen(q, k, v, meta, scale, **kw)
     if q.shape[1] == k.shape[1]: return attend(k, v)
     if _takes_gqa_flag(varlen_attn): return attend(k, v, enable_gqa=True)
     if _shares_kv_heads is not False:  # no flag (PyTorch 2.11): FlashAttention underneath shares K/V heads itself,

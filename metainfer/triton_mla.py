@@ -10,7 +10,7 @@ from torch import Tensor
 from .attention import AttentionMetadata
 from .mla import TorchMLA
 from .triton_kernels import available, jit, triton, tl
-from .triton_attention import decode_splits, varlen_available
+from .triton_attention import decode_splits, varlen_available, causal_varlen, flash_attention_takes
 import torch.nn.functional as F
 
 # %% auto #0
@@ -131,34 +131,31 @@ def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Te
 def mla_prefill_varlen(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
                        meta: AttentionMetadata, scale: float, max_kv_bytes: int = 2**29) -> Tensor:
     "As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then `varlen_attn`: `[T, H, dv]`."
-    from torch.nn.attention.varlen import varlen_attn
     (T, H, dn), dr, r, dv = q_nope.shape, q_pe.shape[-1], w_uk.shape[-1], w_uv.shape[1]
     assert dv <= dn + dr, "V is padded to the query/key head dim"
-    kv_bytes = meta.context_slots.shape[0] * H * (dn + dr) * 2 * q_nope.element_size()
-    if kv_bytes > max_kv_bytes and meta.context_lens.shape[0] > 1:  # long cached prefixes: whole sequences at a time
-        return _in_groups(mla_prefill_varlen, q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale, max_kv_bytes)
+    max_tokens = max_kv_bytes // (H * (dn + dr) * 2 * q_nope.element_size())  # K and padded V per context token
+    if meta.context_slots.shape[0] > max_tokens and meta.context_lens.shape[0] > 1:  # long cached prefixes:
+        prefill = lambda *a: mla_prefill_varlen(*a, max_kv_bytes)                    # whole sequences at a time
+        return _in_groups(prefill, q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale, max_tokens)
     c, k_pe = latent_cache.view(-1, r + dr)[meta.context_slots].split([r, dr], -1)       # [Tk, r], [Tk, dr]
     k = torch.cat([torch.einsum("nr,hdr->nhd", c, w_uk), k_pe[:, None].expand(-1, H, -1)], -1)  # [Tk, H, dn+dr]
     v = F.pad(torch.einsum("nr,hvr->nhv", c, w_uv), (0, dn + dr - dv))  # FlashAttention takes one head dim: pad V's
-    out = varlen_attn(torch.cat([q_nope, q_pe], -1), k, v, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q,
-                      meta.max_seqlen_k, scale=scale, window_size=(-1, 0))  # causal, aligned to each context's end
-    return out[..., :dv]
+    return causal_varlen(torch.cat([q_nope, q_pe], -1), k, v, meta, scale)[..., :dv]
 
 def _in_groups(prefill, q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
-               meta: AttentionMetadata, scale: float, max_kv_bytes: int) -> Tensor:
-    "`prefill` over groups of whole sequences whose K/V fit in `max_kv_bytes` (at least one sequence a group)."
+               meta: AttentionMetadata, scale: float, max_tokens: int) -> Tensor:
+    "`prefill` over groups of whole sequences of at most `max_tokens` context tokens (at least one sequence a group)."
     cq, ck = meta.cu_seqlens_q.tolist(), meta.cu_seqlens_k.tolist()
-    per_token = q_nope.shape[1] * (q_nope.shape[-1] + q_pe.shape[-1]) * 2 * q_nope.element_size()
     out = q_nope.new_empty(*q_nope.shape[:2], w_uv.shape[1])
     i, B = 0, len(cq) - 1
     while i < B:
         j = i + 1
-        while j < B and (ck[j + 1] - ck[i]) * per_token <= max_kv_bytes: j += 1
+        while j < B and ck[j + 1] - ck[i] <= max_tokens: j += 1
         sub = AttentionMetadata(True, meta.slot_mapping[cq[i]:cq[j]], meta.context_lens[i:j], meta.block_tables[i:j],
                                 meta.cu_seqlens_q[i:j + 1] - cq[i], meta.cu_seqlens_k[i:j + 1] - ck[i],
                                 max(cq[s + 1] - cq[s] for s in range(i, j)), max(ck[s + 1] - ck[s] for s in range(i, j)),
                                 meta.has_prefix, meta.context_slots[ck[i]:ck[j]])
-        out[cq[i]:cq[j]] = prefill(q_nope[cq[i]:cq[j]], q_pe[cq[i]:cq[j]], latent_cache, w_uk, w_uv, sub, scale, max_kv_bytes)
+        out[cq[i]:cq[j]] = prefill(q_nope[cq[i]:cq[j]], q_pe[cq[i]:cq[j]], latent_cache, w_uk, w_uv, sub, scale)
         i = j
     return out
 
@@ -171,7 +168,7 @@ class TritonMLA:
     def prefill(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,
                 meta: AttentionMetadata, scale: float) -> Tensor:
         "`mla_prefill_varlen` where PyTorch's FlashAttention runs (CUDA, 16-bit), else `TorchMLA.prefill`."
-        if q_nope.is_cuda and q_nope.dtype != torch.float32 and varlen_available():
+        if q_nope.is_cuda and flash_attention_takes(q_nope.dtype, q_nope.shape[-1] + q_pe.shape[-1]) and varlen_available():
             return mla_prefill_varlen(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
         return TorchMLA.prefill(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
 
