@@ -13,7 +13,7 @@ from .kernels import Ops, ops, silu_and_mul_ref
 from .linear import MergedColumnParallelLinear, RowParallelLinear, default_weight_loader, divide, take
 
 # %% auto #0
-__all__ = ['moe_ops', 'DeepseekMLP', 'grouped_topk', 'select_experts', 'MoEGate', 'is_moe_layer', 'FusedMoE',
+__all__ = ['moe_ops', 'DeepseekMLP', 'grouped_topk', 'select_experts', 'router_logits', 'MoEGate', 'is_moe_layer', 'FusedMoE',
            'expert_params_mapping', 'fused_moe_ref', 'TorchMoE', 'DeepseekMoE']
 
 # %% ../nbs/09b_moe.ipynb #c005
@@ -49,8 +49,12 @@ def select_experts(logits: Tensor, top_k: int, scoring_func: str = "softmax", to
     if norm_topk_prob: weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
     return weights * routed_scaling_factor, ids
 
-moe_ops = Ops(("select_experts", "fused_moe"))  # the MoE kernel table, filled from `TorchMoE` below; until then
-moe_ops.select_experts = select_experts         # the router works already (the cells that follow test it)
+def router_logits(x: Tensor, weight: Tensor) -> Tensor:
+    "Float32 router logits `[T, E]` of `x` `[T, D]`: both cast to float32 first, as HF does."
+    return F.linear(x.float(), weight.float())
+
+moe_ops = Ops(("router_logits", "select_experts", "fused_moe"))  # the MoE kernel table, filled from `TorchMoE`
+moe_ops.router_logits, moe_ops.select_experts = router_logits, select_experts  # below; the router works already
 
 # %% ../nbs/09b_moe.ipynb #c012
 class MoEGate(nn.Module):
@@ -64,13 +68,13 @@ class MoEGate(nn.Module):
         self.topk_method = h.get("topk_method", "noaux_tc" if v3 else "greedy")
         self.norm_topk_prob, self.routed_scaling_factor = bool(h.get("norm_topk_prob")), h.get("routed_scaling_factor", 1.0)
         E = h["n_routed_experts"]
-        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size, dtype=torch.float32), requires_grad=False)  # fp32 once, not per step
+        self.weight = nn.Parameter(torch.empty(E, cfg.hidden_size), requires_grad=False)  # the model's dtype, as HF
         self.e_score_correction_bias = None
         if self.topk_method == "noaux_tc":
             self.e_score_correction_bias = nn.Parameter(torch.empty(E, dtype=torch.float32), requires_grad=False)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        logits = F.linear(x.float(), self.weight)                                           # [T, E]
+        logits = moe_ops.router_logits(x, self.weight)                                      # [T, E] float32
         return moe_ops.select_experts(logits, self.top_k, self.scoring_func, self.topk_method, self.n_group,
                                       self.topk_group, self.e_score_correction_bias, self.norm_topk_prob,
                                       self.routed_scaling_factor)
@@ -140,6 +144,7 @@ def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor
 class TorchMoE:
     "Pure-torch routed experts: the CPU path and the oracle."
     name = "torch"
+    router_logits = staticmethod(router_logits)
     select_experts = staticmethod(select_experts)
     fused_moe = staticmethod(fused_moe_ref)
 

@@ -6,10 +6,11 @@
 from __future__ import annotations
 import torch
 from torch import Tensor
+from .moe import router_logits
 from .triton_kernels import available, jit, triton, tl
 
 # %% auto #0
-__all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles', 'fused_moe', 'TritonMoE']
+__all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
 
 # %% ../nbs/09d_triton_moe.ipynb #c004b
 @jit
@@ -136,15 +137,16 @@ def moe_align_triton(topk_ids: Tensor, expert_start: int, num_local_experts: int
 
 # %% ../nbs/09d_triton_moe.ipynb #c009
 @jit
-def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, sorted_ptr, block_expert_ptr, weight_ptr, n_experts, n_pairs, top_k, N, Kdim,
-                     stride_am, stride_we, stride_wn, stride_om, GATED: tl.constexpr, GATHER_TOKENS: tl.constexpr,
-                     SCALE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PRECISION: tl.constexpr):
+def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, sorted_ptr, block_expert_ptr, weight_ptr, expert_offset, n_experts, n_pairs,
+                     top_k, N, Kdim, stride_am, stride_we, stride_wn, stride_om, PAIR_TILES: tl.constexpr,
+                     GATED: tl.constexpr, GATHER_TOKENS: tl.constexpr, SCALE: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
-    e = tl.load(block_expert_ptr + pid_m).to(tl.int64)
-    if e >= n_experts: return  # a tile past the last expert's run
+    e = tl.load(block_expert_ptr + pid_m).to(tl.int64) - expert_offset
+    if (e < 0) | (e >= n_experts): return  # a tile past the last expert's run, or (pair tiles) another rank's expert
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    pair = tl.load(sorted_ptr + rows)
+    if PAIR_TILES: pair = tl.where(tl.arange(0, BLOCK_M) == 0, pid_m, n_pairs)  # tile i: pair i in its first row
+    else: pair = tl.load(sorted_ptr + rows)
     valid = pair < n_pairs
     a_row = (pair // top_k if GATHER_TOKENS else rows).to(tl.int64)
     n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -201,27 +203,38 @@ def fused_moe(x: Tensor,             # [T, D]
     El, Il, K = gate_up.shape[0], down.shape[2], topk_ids.shape[1]
     tiles = moe_tiles(T * K, gate_up.element_size())
     block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
-    sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m)
-    P = sorted_ids.shape[0]
+    pair_tiles = T == 1      # one token's experts are distinct: each pair is a run of its own, nothing to sort
+    if pair_tiles: sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
+    else:
+        sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m)
+        offset, P = 0, sorted_ids.shape[0]
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     h = torch.empty(P, Il, dtype=x.dtype, device=x.device)
     _moe_gemm_kernel[(P // block_m, triton.cdiv(Il, tiles["BLOCK_N"]))](
-        x, gate_up, h, sorted_ids, block_expert, topk_weights, El, T * K, K, Il, D, x.stride(0), gate_up.stride(0),
-        gate_up.stride(1), h.stride(0), GATED=True, GATHER_TOKENS=True, SCALE=False, PRECISION=precision, **tiles)
+        x, gate_up, h, sorted_ids, block_expert, topk_weights, offset, El, T * K, K, Il, D, x.stride(0),
+        gate_up.stride(0), gate_up.stride(1), h.stride(0), PAIR_TILES=pair_tiles, GATED=True, GATHER_TOKENS=True,
+        SCALE=False, PRECISION=precision, **tiles)
     out = torch.empty(T * K, D, dtype=torch.float32, device=x.device)   # rows of other ranks' pairs stay unwritten
     _moe_gemm_kernel[(P // block_m, triton.cdiv(D, tiles["BLOCK_N"]))](
-        h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), El, T * K, K, D, Il, h.stride(0),
-        down.stride(0), down.stride(1), out.stride(0), GATED=False, GATHER_TOKENS=False, SCALE=True, PRECISION=precision,
-        **tiles)
+        h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, D, Il,
+        h.stride(0), down.stride(0), down.stride(1), out.stride(0), PAIR_TILES=pair_tiles, GATED=False,
+        GATHER_TOKENS=False, SCALE=True, PRECISION=precision, **tiles)
     y = torch.empty(T, D, dtype=x.dtype, device=x.device)
     if add is not None: add = add.contiguous()
     _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,
                                               BLOCK_D=256, num_warps=2)
     return y
 
+def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
+    "`router_logits` as one GEMM on a GPU: 16-bit products are exact in float32, and cuBLAS sums them in float32."
+    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype:
+        return torch.mm(x, weight.t(), out_dtype=torch.float32)
+    return router_logits(x, weight)
+
 class TritonMoE:
     "Triton routed experts, with the interface of `TorchMoE`: the GPU backend of the MoE table."
     name = "triton"
+    router_logits = staticmethod(router_logits_16bit)
     select_experts = staticmethod(select_experts_triton)
     fused_moe = staticmethod(fused_moe)
