@@ -41,7 +41,7 @@ class DeepseekModel(nn.Module):
 # %% ../nbs/09c_deepseek.ipynb #c007
 class DeepseekForCausalLM(nn.Module):
     "DeepSeek-V2 / V3 causal LM."
-    packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+    packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), **MLA.packed_modules_mapping}
 
     def __init__(self, cfg: ModelConfig, expert_parallel_size: int | None = None):
         super().__init__()

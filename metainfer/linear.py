@@ -44,7 +44,7 @@ class LinearBase(nn.Module):
         self.weight.weight_loader = self.weight_loader
         self.bias = None
         if bias:
-            self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False)
+            self.bias = nn.Parameter(torch.zeros(out_features), requires_grad=False)  # zero where a fused part has none
             self.bias.weight_loader = self.weight_loader
 
     def weight_loader(self, param: Tensor, loaded, shard_id=None) -> None:
@@ -75,15 +75,18 @@ class ColumnParallelLinear(LinearBase):
 
 # %% ../nbs/05_linear.ipynb #c015
 class MergedColumnParallelLinear(ColumnParallelLinear):
-    "Several column-parallel projections of one input, fused; shard id `i` loads `output_sizes[i]`."
-    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False, tp: ParallelInfo | None = None):
-        self.output_sizes = output_sizes
-        super().__init__(in_features, sum(output_sizes), bias, tp)
+    "Several projections of one input, fused; shard id `i` loads `output_sizes[i]`, split across ranks unless `replicated[i]`."
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False, tp: ParallelInfo | None = None,
+                 replicated: list[bool] | None = None):
+        tp = tp or get_tp()
+        self.replicated = replicated or [False] * len(output_sizes)
+        self.output_sizes = [n if rep else divide(n, tp.size) for n, rep in zip(output_sizes, self.replicated)]  # local
+        LinearBase.__init__(self, in_features, sum(self.output_sizes), bias, 0, tp)
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int) -> None:
-        size = divide(self.output_sizes[shard_id], self.tp.size)
-        offset = divide(sum(self.output_sizes[:shard_id]), self.tp.size)
-        default_weight_loader(param.narrow(0, offset, size), take(loaded, 0, self.tp.rank * size, size))
+        size, offset = self.output_sizes[shard_id], sum(self.output_sizes[:shard_id])
+        start = 0 if self.replicated[shard_id] else self.tp.rank * size
+        default_weight_loader(param.narrow(0, offset, size), take(loaded, 0, start, size))
 
 # %% ../nbs/05_linear.ipynb #c017
 class QKVParallelLinear(ColumnParallelLinear):

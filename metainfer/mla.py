@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
 from .kernels import Ops, RMSNorm, RotaryEmbedding, rope_inv_freq, rms_norm_ref
-from .linear import ReplicatedLinear, ColumnParallelLinear, RowParallelLinear
+from .linear import ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .attention import AttentionMetadata, gather_kv
 
 # %% auto #0
@@ -131,17 +131,19 @@ class LatentAttention(nn.Module):
 # %% ../nbs/09a_mla.ipynb #c029
 class MLA(nn.Module):
     "Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache, output projection."
+    packed_modules_mapping = {"q_proj": ("q_kv_a_proj", 0), "q_a_proj": ("q_kv_a_proj", 0),
+                              "kv_a_proj_with_mqa": ("q_kv_a_proj", 1)}
     def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
         super().__init__()
         h, D, Ht = cfg.hf, cfg.hidden_size, cfg.num_attention_heads
         self.r, self.dn, self.dr, self.dv = h["kv_lora_rank"], h["qk_nope_head_dim"], h["qk_rope_head_dim"], h["v_head_dim"]
         bias, self.q_lora_rank = bool(h.get("attention_bias", False)), h.get("q_lora_rank")
-        if self.q_lora_rank is None: self.q_proj = ColumnParallelLinear(D, Ht * (self.dn + self.dr))
-        else:
-            self.q_a_proj = ReplicatedLinear(D, self.q_lora_rank, bias=bias)
+        low_rank_q = self.q_lora_rank is not None
+        q_width = self.q_lora_rank if low_rank_q else Ht * (self.dn + self.dr)  # q_a_proj's, or q_proj's (by heads)
+        self.q_kv_a_proj = MergedColumnParallelLinear(D, [q_width, self.r + self.dr], bias=bias, replicated=[low_rank_q, True])
+        if low_rank_q:
             self.q_a_layernorm = RMSNorm(self.q_lora_rank)
             self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, Ht * (self.dn + self.dr))
-        self.kv_a_proj_with_mqa = ReplicatedLinear(D, self.r + self.dr, bias=bias)
         self.kv_a_layernorm = RMSNorm(self.r)
         self.kv_b_proj = ColumnParallelLinear(self.r, Ht * (self.dn + self.dv))
         self.o_proj = RowParallelLinear(Ht * self.dv, D, bias=bias)
@@ -149,10 +151,15 @@ class MLA(nn.Module):
         H = self.kv_b_proj.weight.shape[0] // (self.dn + self.dv)  # local heads
         self.attn = LatentAttention(H, self.r, self.dr, mla_softmax_scale(self.dn + self.dr, cfg.rope_scaling))
 
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        "The queries' two parts `[T, H, dn]`, `[T, H, dr]` and the latent's, `c` `[T, r]` and `k_pe` `[T, dr]` (rope not applied yet)."
+        q, latent = self.q_kv_a_proj(x).split(self.q_kv_a_proj.output_sizes, -1)
+        if self.q_lora_rank is not None: q = self.q_b_proj(self.q_a_layernorm(q))
+        q_nope, q_pe = q.view(len(x), -1, self.dn + self.dr).split([self.dn, self.dr], -1)
+        return q_nope, q_pe, *latent.split([self.r, self.dr], -1)
+
     def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata) -> Tensor:
-        q = self.q_proj(x) if self.q_lora_rank is None else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
-        q_nope, q_pe = q.view(len(x), -1, self.dn + self.dr).split([self.dn, self.dr], -1)   # [T, H, dn], [T, H, dr]
-        c, k_pe = self.kv_a_proj_with_mqa(x).split([self.r, self.dr], -1)                    # [T, r], [T, dr]
+        q_nope, q_pe, c, k_pe = self.project(x)
         q_pe, k_pe = self.rotary_emb(positions, q_pe, k_pe.unsqueeze(1))
         norm = (self.kv_a_layernorm.weight, self.kv_a_layernorm.eps)      # applied as the latent [c | k_pe] is stored
         o = self.attn(q_nope, q_pe, c, k_pe.squeeze(1), self.kv_b_proj.weight, meta, norm)
