@@ -31,7 +31,7 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
 
-# %% ../nbs/03a_triton_kernels.ipynb #d844d8df
+# %% ../nbs/03a_triton_kernels.ipynb #9b9530b1
 def launch_key(a, constexpr: bool = False):
     "What a kernel argument's compiled kernel depends on: at least what Triton specializes it on."
     if constexpr or a is None or type(a) in (bool, str): return a

@@ -184,10 +184,11 @@ def _moe_sum_kernel(rows_ptr, ids_ptr, add_ptr, out_ptr, expert_start, n_experts
     if HAS_ADD: acc += tl.load(add_ptr + t * D + d, mask=d < D, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
-def moe_tiles(pairs: int, itemsize: int = 2) -> dict:
-    "Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs (H200 sweep, run7)."
-    # 16-bit weights; float32 ones get half the K tile, so the staged tiles still fit in shared memory
-    if pairs <= 512: return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=min(256, 512 // itemsize), num_warps=8, num_stages=3)
+def moe_tiles(pairs: int, itemsize: int = 2, pair_tiles: bool = False) -> dict:
+    "Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs (H200 sweeps run7, run15)."
+    # for 16-bit weights; float32 ones get half the K tile, so the staged tiles still fit in shared memory
+    if pair_tiles: return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
+    if pairs <= 512: return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3)
 
 def fused_moe(x: Tensor,             # [T, D]
@@ -201,9 +202,9 @@ def fused_moe(x: Tensor,             # [T, D]
     "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped GEMMs."
     T, D = x.shape
     El, Il, K = gate_up.shape[0], down.shape[2], topk_ids.shape[1]
-    tiles = moe_tiles(T * K, gate_up.element_size())
-    block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     pair_tiles = T == 1      # one token's experts are distinct: each pair is a run of its own, nothing to sort
+    tiles = moe_tiles(T * K, gate_up.element_size(), pair_tiles)
+    block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     if pair_tiles: sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
     else:
         sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m)

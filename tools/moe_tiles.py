@@ -39,9 +39,9 @@ def main() -> None:
         ref = fused_moe_ref(x.float(), gate_up.float(), down.float(), w, ids)
         touched = ids.unique().numel() * 3 * D * I * 2
         def run(**tiles):  # fused_moe with these tiles for every batch
-            tm.moe_tiles = lambda pairs, itemsize=2: dict(tiles)
+            tm.moe_tiles = lambda *args, **kwargs: dict(tiles)
             return tm.fused_moe(x, gate_up, down, w, ids)
-        try: rows, best = time_candidates(run, ref, [default(T * K)] + candidates(T), touched)
+        try: rows, best = time_candidates(run, ref, [default(T * K, 2, T == 1)] + candidates(T), touched)
         finally: tm.moe_tiles = default
         res["batches"][T] = {"default": rows[0], "best": best, "all": rows}
         print(f"T={T}: default {rows[0].get('us', float('nan')):.1f} us, best {best['us']:.1f} us "
