@@ -237,12 +237,17 @@ def stage_deepseek_throughput():
     bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} --name throughput-dsv2lite --profile", 200)
 
 
+def stage_deepseek_tp2_latency():
+    "DeepSeek-V2-Lite TP=2 / EP=2 B=1 decode (the speed half of stage deepseek-tp2)."
+    bench(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
+
+
 def stage_deepseek_tp2():
     "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (run stage deepseek first, for the TP=1 reference)."
     m = checkpoint("DeepSeek-V2-Lite")
     ref = next(p for p in (KEEP / "agreement-dsv2lite-b1.json", Path("docs/benchmarks/h200-2026-11-29/run6-agreement-dsv2lite-b1.json")) if p.exists())
     rc = bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
-    if rc == 0: bench(f"latency {m} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
+    if rc == 0: stage_deepseek_tp2_latency()
 
 
 if __name__ == "__main__":
