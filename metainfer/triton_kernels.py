@@ -12,10 +12,11 @@ try:
     import triton.language as tl
 except ImportError:  # the module still imports without triton; `available()` then says False
     triton = tl = None
+jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
-__all__ = ['interpreting', 'available', 'relative_error', 'launch_key', 'CachedKernel', 'jit', 'rms_norm', 'add_rms_norm',
-           'rotary', 'silu_and_mul', 'TritonKernels']
+__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'rms_norm', 'add_rms_norm', 'rotary', 'silu_and_mul',
+           'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -30,53 +31,6 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
     "`‖out − ref‖ / ‖ref‖` in float64: the one error measure of the GPU checks (NaN never passes a `<` test)."
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
-
-# %% ../nbs/03a_triton_kernels.ipynb #9b9530b1
-def launch_key(a, constexpr: bool = False):
-    "What a kernel argument's compiled kernel depends on: at least what Triton specializes it on."
-    if constexpr or a is None or type(a) in (bool, str): return a
-    if type(a) is int: return (a == 1, a % 16 == 0, -2 ** 31 <= a < 2 ** 31)
-    if type(a) is float: return float
-    if isinstance(a, torch.Tensor): return (a.dtype, a.data_ptr() % 16 == 0)
-    return a  # e.g. a dtype passed as a constexpr
-
-class CachedKernel:
-    "A `triton.jit` kernel whose launches skip the JIT's per-call work once their specialization has compiled."
-    def __init__(self, jit_fn):  # a `triton.jit` function
-        self.jit = jit_fn
-        self.names = [p.name for p in self.jit.params]
-        self.is_constexpr = [p.is_constexpr for p in self.jit.params]
-        self.runtime_names = {p.name for p in self.jit.params if not p.is_constexpr}
-        self.compiled = {}  # key -> (CompiledKernel, names of the parameters passed by keyword, in order)
-
-    def __getitem__(self, grid):
-        if callable(grid): return self.jit[grid]
-        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
-
-    def key(self, device: int, args: tuple, kwargs: dict) -> tuple:
-        c = self.is_constexpr
-        return (device, tuple(launch_key(a, c[i]) for i, a in enumerate(args)),
-                tuple((k, launch_key(v, k not in self.runtime_names)) for k, v in kwargs.items()))
-
-    def launch(self, grid: tuple, args: tuple, kwargs: dict):
-        device = torch.cuda.current_device()
-        key = self.key(device, args, kwargs)
-        hit = self.compiled.get(key)
-        if hit is None:
-            kernel = self.jit[grid](*args, **kwargs)      # compiles (or finds) this specialization and launches it
-            rest = self.names[len(args):]
-            if all(n in kwargs for n in rest): self.compiled[key] = (kernel, rest)
-            return kernel
-        kernel, rest = hit
-        g = (*grid, 1, 1)
-        kernel.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(device), kernel.function,
-                   kernel.packed_metadata, None, None, None, *args, *[kwargs[n] for n in rest])
-        return kernel
-
-def jit(fn):
-    "`@triton.jit` through `CachedKernel` when compiling for a GPU; plain `triton.jit` on the interpreter."
-    if triton is None: return fn
-    return triton.jit(fn) if interpreting() else CachedKernel(triton.jit(fn))
 
 # %% ../nbs/03a_triton_kernels.ipynb #c008
 @jit
