@@ -197,9 +197,14 @@ def stage_serve():
 
 def stage_deepseek():
     "DeepSeek-V2-Lite on one GPU: agreement with HF, B=1 decode with the HF eager peer (HF's MoE is slow: 128 tokens)."
-    m = checkpoint("DeepSeek-V2-Lite")
-    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1", 180)
+    stage_deepseek_agreement()
     stage_deepseek_latency()
+
+
+def stage_deepseek_agreement():
+    "DeepSeek-V2-Lite teacher-forced top-1 agreement with HF bf16 on the same weights, B=1, 256 positions."
+    bench(f"agreement {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --input-len 64 --output-len 256 "
+          f"--gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1", 180)
 
 
 def stage_deepseek_latency():
