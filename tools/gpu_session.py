@@ -160,6 +160,28 @@ def stage_tp2_latency():
     bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
 
 
+def stage_tp4():
+    """Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1 (a TP=1 reference from this machine if none is kept),
+    B=1 decode with graphs (profile: the all-reduce share) and eager, and the 4-GPU all-reduce table."""
+    m, ref = checkpoint("Qwen3-8B"), KEEP / "agreement-qwen3-8b-b1.json"
+    common = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
+    if not ref.exists(): bench(f"agreement {m} {common} --name {ref.stem}", 150)
+    bench(f"agreement {m} -tp 4 {common} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180)
+    bench(f"latency {m} -tp 4 --batch-size 1 --name latency-qwen3-8b-b1-tp4 --profile --host-profile", 150)
+    bench(f"latency {m} -tp 4 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp4-eager --profile", 150)
+    bench("allreduce -tp 4 --name allreduce-4xh200", 90)
+
+
+def stage_deepseek_tp4():
+    "Issue 7's extension: DeepSeek-V2-Lite TP=4 / EP=4 against TP=1, B=1 decode and offline throughput."
+    m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
+    if not ref.exists(): stage_deepseek_agreement()
+    bench(f"agreement {m} -tp 4 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 "
+          f"--against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180)
+    bench(f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 --profile", 150)
+    bench(f"throughput {m} -tp 4 --name throughput-dsv2lite-tp4 --profile", 200)
+
+
 def stage_graphs_identity():
     "Greedy tokens with and without CUDA graphs, B=1 and B=16 (issue 4's first acceptance check)."
     sh(f"{PY} tools/graphs_identity.py {checkpoint('Qwen3-8B')} --modes graphs,eager,graphs-sync "
