@@ -324,7 +324,9 @@ def bench_main(args) -> dict:
             engine = llm.engine
             for i, p in enumerate(random_prompts(args.batch_size, args.input_len, args.input_len, cfg.vocab_size, 7)):
                 engine.add_request(f"prof{i}", p, __import__("metainfer").SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
-            engine.step(); engine.step()
+            if args.profile and cuda: res["profile_prefill"] = profile_steps(engine, 1)  # the prefill: TTFT's GPU side
+            else: engine.step()
+            engine.step()
             if args.profile and cuda: res["profile"] = profile_steps(engine, 16)
             if args.host_profile: res["host_profile"] = host_profile_steps(engine, 16)
             while engine.has_unfinished_requests(): engine.step()
