@@ -80,7 +80,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
                  replicated: list[bool] | None = None):
         tp = tp or get_tp()
         self.replicated = replicated or [False] * len(output_sizes)
-        self.output_sizes = [n if rep else divide(n, tp.size) for n, rep in zip(output_sizes, self.replicated)]  # local
+        self.output_sizes = [n if rep else divide(n, tp.size) for n, rep in zip(output_sizes, self.replicated, strict=True)]  # local
         LinearBase.__init__(self, in_features, sum(self.output_sizes), bias, 0, tp)
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int) -> None:

@@ -3,7 +3,9 @@
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
-deepseek-tp2, moe-tiles, decode-tiles, blas-overhead, gemv-sweep, agreement-b16, launch-overhead.
+deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
+agreement-b16, launch-overhead; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
+(570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
 carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
@@ -162,24 +164,32 @@ def stage_tp2_latency():
 
 def stage_tp4():
     """Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1 (a TP=1 reference from this machine if none is kept),
-    B=1 decode with graphs (profile: the all-reduce share) and eager, and the 4-GPU all-reduce table."""
+    then B=1 decode with graphs (profile: the all-reduce share)."""
     m, ref = checkpoint("Qwen3-8B"), KEEP / "agreement-qwen3-8b-b1.json"
     common = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
     if not ref.exists(): bench(f"agreement {m} {common} --name {ref.stem}", 150)
     bench(f"agreement {m} -tp 4 {common} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180)
     bench(f"latency {m} -tp 4 --batch-size 1 --name latency-qwen3-8b-b1-tp4 --profile --host-profile", 150)
-    bench(f"latency {m} -tp 4 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp4-eager --profile", 150)
+
+
+def stage_tp4_eager():
+    "Issue 7: Qwen3-8B TP=4 B=1 eager (the seed's bottom line: >= 54 tok/s), and the 4-GPU all-reduce table."
+    bench(f"latency {checkpoint('Qwen3-8B')} -tp 4 --enforce-eager --batch-size 1 --output-len 64 "
+          f"--name latency-qwen3-8b-b1-tp4-eager --profile", 150)
     bench("allreduce -tp 4 --name allreduce-4xh200", 90)
 
 
 def stage_deepseek_tp4():
-    "Issue 7's extension: DeepSeek-V2-Lite TP=4 / EP=4 against TP=1, B=1 decode and offline throughput."
+    "Issue 7's extension: DeepSeek-V2-Lite TP=4 / EP=4 against TP=1 (reference made here if none is kept), B=1 decode."
     m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
     if not ref.exists(): stage_deepseek_agreement()
     bench(f"agreement {m} -tp 4 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 "
           f"--against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180)
     bench(f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 --profile", 150)
-    bench(f"throughput {m} -tp 4 --name throughput-dsv2lite-tp4 --profile", 200)
+
+
+def stage_deepseek_tp4_throughput():
+    bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} -tp 4 --name throughput-dsv2lite-tp4 --profile", 200)
 
 
 def stage_graphs_identity():
@@ -270,9 +280,9 @@ def stage_deepseek_tp2_latency():
 
 
 def stage_deepseek_tp2():
-    "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (run stage deepseek first, for the TP=1 reference)."
-    m = checkpoint("DeepSeek-V2-Lite")
-    ref = next(p for p in (KEEP / "agreement-dsv2lite-b1.json", Path("docs/benchmarks/h200-2026-11-29/run6-agreement-dsv2lite-b1.json")) if p.exists())
+    "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (a TP=1 reference from this machine if none is kept)."
+    m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
+    if not ref.exists(): stage_deepseek_agreement()  # a TP=1 reference from this code, on this machine
     rc = bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
     if rc == 0: stage_deepseek_tp2_latency()
 
