@@ -102,7 +102,7 @@ def stage_tiny():
 
 def stage_qwen8b():
     m = checkpoint("Qwen3-8B")
-    bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --control --name agreement-qwen3-8b-b1")
+    bench(f"agreement {m} {AGREE_B1} --control --name agreement-qwen3-8b-b1")
     bench(f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b16")
     bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf")
     bench(f"latency {m} --batch-size 1 --enforce-eager --name latency-qwen3-8b-b1-eager --profile")
@@ -120,9 +120,19 @@ def stage_hf_compile_peer():
     bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile", 540)
 
 
+AGREE_B1 = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"  # every B=1 agreement run
+
+
+def tp1_reference(stem: str, make) -> Path:
+    "The TP=1 agreement run that TP=N runs compare with: kept on this machine (same code, same weights), else made now."
+    ref = KEEP / f"{stem}.json"
+    if not ref.exists(): make()
+    return ref
+
+
 def stage_qwen_agreement():
-    "TP=1 teacher-forced agreement with HF bf16 (B=1), keeping our top-2 gaps: TP=2's reference (stage tp2)."
-    bench(f"agreement {checkpoint('Qwen3-8B')} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b1", 120)
+    "TP=1 teacher-forced agreement with HF bf16 (B=1), keeping our top-2 gaps: the TP=N runs' reference."
+    bench(f"agreement {checkpoint('Qwen3-8B')} {AGREE_B1} --name agreement-qwen3-8b-b1", 150)
 
 
 def stage_latency_eager():
@@ -134,14 +144,10 @@ def stage_throughput():
 
 
 def stage_tp2():
-    "TP=2 with CUDA graphs: agreement with TP=1 (a stored TP=1 run on the same seeded weights), then B=1 speed."
-    m = checkpoint("Qwen3-8B")
-    ref = next((p for p in (KEEP / "agreement-qwen3-8b-b1.json", Path("docs/benchmarks/h200-2026-11-29/run5-agreement-qwen3-8b-b1.json")) if p.exists()), None)
-    if ref is None:
-        ref = KEEP / "agreement-qwen3-8b-b1.json"
-        bench(f"agreement {m} --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name {ref.stem}", 150)
+    "TP=2 with CUDA graphs: agreement with TP=1 (`tp1_reference`), then B=1 speed."
+    m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
     os.environ["METAINFER_STACKS_AFTER"] = "110"  # every rank prints its stacks if a TP run takes this long
-    agree = f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref}"
+    agree = f"agreement {m} -tp 2 {AGREE_B1} --against {ref}"
     rc = bench(f"{agree} --name agreement-qwen3-8b-tp2-vs-tp1", 150)
     if rc == "TIMEOUT":  # bisect: the same with NCCL for every all-reduce
         rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
@@ -163,12 +169,9 @@ def stage_tp2_latency():
 
 
 def stage_tp4():
-    """Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1 (a TP=1 reference from this machine if none is kept),
-    then B=1 decode with graphs (profile: the all-reduce share)."""
-    m, ref = checkpoint("Qwen3-8B"), KEEP / "agreement-qwen3-8b-b1.json"
-    common = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
-    if not ref.exists(): bench(f"agreement {m} {common} --name {ref.stem}", 150)
-    bench(f"agreement {m} -tp 4 {common} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180)
+    "Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1, then B=1 decode with graphs (profile: the all-reduce share)."
+    m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
+    bench(f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180)
     bench(f"latency {m} -tp 4 --batch-size 1 --name latency-qwen3-8b-b1-tp4 --profile --host-profile", 150)
 
 
@@ -180,11 +183,9 @@ def stage_tp4_eager():
 
 
 def stage_deepseek_tp4():
-    "Issue 7's extension: DeepSeek-V2-Lite TP=4 / EP=4 against TP=1 (reference made here if none is kept), B=1 decode."
-    m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
-    if not ref.exists(): stage_deepseek_agreement()
-    bench(f"agreement {m} -tp 4 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 "
-          f"--against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180)
+    "Issue 7's extension: DeepSeek-V2-Lite TP=4 / EP=4 against TP=1, then B=1 decode."
+    m, ref = checkpoint("DeepSeek-V2-Lite"), tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement)
+    bench(f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180)
     bench(f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 --profile", 150)
 
 
@@ -235,8 +236,7 @@ def stage_deepseek():
 
 def stage_deepseek_agreement():
     "DeepSeek-V2-Lite teacher-forced top-1 agreement with HF bf16 on the same weights, B=1, 256 positions."
-    bench(f"agreement {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --input-len 64 --output-len 256 "
-          f"--gpu-memory-utilization 0.5 --name agreement-dsv2lite-b1", 180)
+    bench(f"agreement {checkpoint('DeepSeek-V2-Lite')} {AGREE_B1} --name agreement-dsv2lite-b1", 180)
 
 
 def stage_deepseek_latency():
@@ -286,10 +286,9 @@ def stage_deepseek_tp2_latency():
 
 
 def stage_deepseek_tp2():
-    "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (a TP=1 reference from this machine if none is kept)."
-    m, ref = checkpoint("DeepSeek-V2-Lite"), KEEP / "agreement-dsv2lite-b1.json"
-    if not ref.exists(): stage_deepseek_agreement()  # a TP=1 reference from this code, on this machine
-    rc = bench(f"agreement {m} -tp 2 --batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
+    "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (`tp1_reference`), then B=1 speed."
+    m, ref = checkpoint("DeepSeek-V2-Lite"), tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement)
+    rc = bench(f"agreement {m} -tp 2 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
     if rc == 0: stage_deepseek_tp2_latency()
 
 
