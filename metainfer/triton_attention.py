@@ -224,6 +224,7 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
     return out
 
 # %% ../nbs/07a_triton_attention.ipynb #c029
+@functools.cache  # asked on every MLA layer's prefill; the answer is the process's
 def varlen_available() -> bool:
     "Whether PyTorch's `varlen_attn` imports here (it runs on CUDA only)."
     try: from torch.nn.attention.varlen import varlen_attn
