@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 from .distributed import ParallelInfo, get_tp
+from .kernels import ops
 from .linear import take
 
 # %% auto #0
@@ -41,6 +42,6 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelLMHead(VocabParallelEmbedding):
     "Logits for this rank's vocabulary slice, gathered across ranks into `[T, vocab]`."
     def forward(self, hidden: Tensor) -> Tensor:
-        logits = F.linear(hidden, self.weight)
+        logits = ops.linear(hidden, self.weight)
         if self.tp.size > 1: logits = self.tp.all_gather(logits, dim=-1)
         return logits[..., :self.num_embeddings]

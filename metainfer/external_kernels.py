@@ -8,6 +8,7 @@ import importlib
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata
+from .kernels import linear_ref
 from .triton_attention import flash_attention_takes
 
 # %% auto #0
@@ -83,6 +84,8 @@ class VllmKernels:
         out = torch.empty(*x.shape[:-1], x.shape[-1] // 2, dtype=x.dtype, device=x.device)
         self.silu_and_mul_op(out, x.contiguous())
         return out
+
+    linear = staticmethod(linear_ref)  # cuBLAS, as vLLM's own linear layers use
 
 # %% ../nbs/07b_external_kernels.ipynb #c010
 import contextlib, sys, types

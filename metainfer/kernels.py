@@ -10,7 +10,7 @@ from torch import nn, Tensor
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'ops', 'rms_norm_ref', 'add_rms_norm_ref', 'rope_inv_freq', 'rope_cos_sin_cache', 'rotary_ref',
-           'silu_and_mul_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'RotaryEmbedding']
+           'silu_and_mul_ref', 'linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'RotaryEmbedding']
 
 # %% ../nbs/03_kernels.ipynb #c005
 def rms_norm_ref(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -55,8 +55,16 @@ def silu_and_mul_ref(x: Tensor) -> Tensor:
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
 
+# %% ../nbs/03_kernels.ipynb #ad3f9cc4
+def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
+    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32."
+    if out_dtype in (None, x.dtype): return F.linear(x, weight, bias)
+    if x.is_cuda: y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=out_dtype).view(*x.shape[:-1], -1)
+    else: y = F.linear(x.to(out_dtype), weight.to(out_dtype))
+    return y if bias is None else y + bias
+
 # %% ../nbs/03_kernels.ipynb #c018
-OP_NAMES = ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul")
+OP_NAMES = ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul", "linear")
 
 class TorchKernels:
     "Pure-torch reference kernels: the CPU path and the oracle for every fast backend."
@@ -65,6 +73,7 @@ class TorchKernels:
     add_rms_norm = staticmethod(add_rms_norm_ref)
     rotary = staticmethod(rotary_ref)
     silu_and_mul = staticmethod(silu_and_mul_ref)
+    linear = staticmethod(linear_ref)
 
 # %% ../nbs/03_kernels.ipynb #c019
 class Ops:

@@ -8,10 +8,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 from .distributed import ParallelInfo, get_tp
+from .kernels import ops
 
 # %% auto #0
 __all__ = ['shape_of', 'take', 'default_weight_loader', 'LinearBase', 'ReplicatedLinear', 'divide', 'ColumnParallelLinear',
-           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear', 'linear_float32']
+           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear']
 
 # %% ../nbs/05_linear.ipynb #c005
 def shape_of(w) -> tuple[int, ...]:
@@ -53,7 +54,7 @@ class LinearBase(nn.Module):
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return ops.linear(x, self.weight, self.bias)  # the kernel table's product: a backend may stream one row itself
 
 # %% ../nbs/05_linear.ipynb #c009
 class ReplicatedLinear(LinearBase):
@@ -123,13 +124,8 @@ class RowParallelLinear(LinearBase):
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
         if not self.reduce_results or self.tp.size == 1 or x.dtype == torch.float32:
-            y = F.linear(x, self.weight, bias)
+            y = ops.linear(x, self.weight, bias)
             return self.tp.all_reduce(y) if self.reduce_results else y
-        y = linear_float32(x, self.weight)       # half precision: sum the partial products before rounding, so each
-        if bias is not None: y += bias           # output is rounded once, as TP=1's single GEMM rounds it
-        return self.tp.all_reduce(y).to(x.dtype)
-
-def linear_float32(x: Tensor, weight: Tensor) -> Tensor:
-    "`x Wᵀ`, accumulated and returned in float32 (one cuBLAS call on a GPU)."
-    if x.is_cuda: return torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=torch.float32).view(*x.shape[:-1], -1)
-    return F.linear(x.float(), weight.float())
+        # half precision: sum the partial products in float32 before rounding, so each output is rounded once, as
+        # TP=1's single GEMM rounds it
+        return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=torch.float32)).to(x.dtype)

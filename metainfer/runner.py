@@ -107,7 +107,11 @@ def select_kernels(device: torch.device, backend: str = "auto", attention: str =
         from metainfer.triton_attention import TritonAttention
         attn = TorchAttention() if attention == "torch" else TritonAttention()
     attention_ops.use(attn)
-    return backend if attn.name == backend else f"{backend}/{attn.name}"
+    name = backend if attn.name == backend else f"{backend}/{attn.name}"
+    if backend != "torch":
+        from metainfer.triton_kernels import pdl
+        if pdl(): name += "+pdl"  # our Triton kernels launch with programmatic dependent launch
+    return name
 
 # %% ../nbs/13_runner.ipynb #c013
 def kv_block_budget(config: EngineConfig, bytes_per_block: int, max_model_len: int, device: torch.device) -> int:

@@ -8,7 +8,7 @@ import functools, inspect
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata, batch_bucket
-from .triton_kernels import available, jit, triton, tl
+from .triton_kernels import available, jit, triton, tl, num_sms, pdl, pdl_sync
 
 # %% auto #0
 __all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'paged_decode', 'varlen_available', 'flash_attention_takes',
@@ -18,8 +18,9 @@ __all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'paged_decode'
 @jit
 def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, stride_kt, stride_kh, stride_vt, stride_vh,
                      stride_cb, stride_ct, stride_ch, n_kv_heads, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+                     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
+    pdl_sync(PDL)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     h, d = tl.arange(0, BLOCK_H), tl.arange(0, BLOCK_D)
     mask = (h < n_kv_heads)[:, None] & (d < HEAD_DIM)[None, :]
@@ -49,7 +50,8 @@ def store_kv(k: Tensor,             # [T, Hk, D]
     T, Hk, D = k.shape
     _store_kv_kernel[(T,)](k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                            *_cache_strides(k_cache, v_cache), Hk, PAGE=k_cache.shape[1], HEAD_DIM=D,
-                           BLOCK_H=triton.next_power_of_2(Hk), BLOCK_D=triton.next_power_of_2(D), num_warps=1)
+                           BLOCK_H=triton.next_power_of_2(Hk), BLOCK_D=triton.next_power_of_2(D), PDL=pdl(),
+                           launch_pdl=pdl(), num_warps=1)
 
 # %% ../nbs/07a_triton_attention.ipynb #c011
 @jit
@@ -144,8 +146,9 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_ac
                    stride_qb, stride_qh, stride_ob, stride_oh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale,
                    n_heads, num_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, PAGE: tl.constexpr,
                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                   SINGLE: tl.constexpr):
+                   SINGLE: tl.constexpr, PDL: tl.constexpr):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pdl_sync(PDL)
     ctx = tl.load(ctx_ptr + seq)
     split_len = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
     start = split * split_len
@@ -171,9 +174,10 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_ac
 # %% ../nbs/07a_triton_attention.ipynb #c022
 @jit
 def _decode_reduce_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, n_heads, num_splits, stride_ob, stride_oh,
-                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr):
+                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
     seq, head = tl.program_id(0), tl.program_id(1)
     s, d = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_D)
+    pdl_sync(PDL)
     part = (seq * n_heads + head).to(tl.int64) * num_splits + s
     m = tl.load(part_m_ptr + part, mask=s < num_splits, other=float("-inf"))
     l = tl.load(part_l_ptr + part, mask=s < num_splits, other=0.0)
@@ -184,14 +188,10 @@ def _decode_reduce_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, n_heads
     tl.store(out_ptr + seq * stride_ob + head * stride_oh + d, out, mask=d < HEAD_DIM)
 
 # %% ../nbs/07a_triton_attention.ipynb #c024
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
-
 def decode_splits(batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256) -> int:
     "How many pieces to split each context into: about 4 programs per multiprocessor, of at least `min_tokens` each."
     # from the bucketed batch, so a step splits (and sums) alike with and without CUDA graphs, which pad to the bucket
-    programs = triton.cdiv(4 * _num_sms(device), batch_bucket(batch) * kv_heads)
+    programs = triton.cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
     return max(1, min(programs, triton.cdiv(max_context, min_tokens), 128))
 
 def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
@@ -217,10 +217,11 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                                *_cache_strides(k_cache, v_cache), scale * LOG2E, H, S, GROUP=H // Hk,
                                BLOCK_G=triton.next_power_of_2(H // Hk), PAGE=k_cache.shape[1], HEAD_DIM=D,
                                BLOCK_D=_block_d(D), BLOCK_N=block_n, PRECISION=_precision(q.dtype), SINGLE=S == 1,
-                               num_warps=num_warps, num_stages=num_stages)
+                               PDL=pdl(), launch_pdl=pdl(), num_warps=num_warps, num_stages=num_stages)
     if S > 1:
         _decode_reduce_kernel[(B, H)](part_acc, part_m, part_l, out, H, S, out.stride(0), out.stride(1), HEAD_DIM=D,
-                                      BLOCK_D=triton.next_power_of_2(D), BLOCK_S=triton.next_power_of_2(S), num_warps=1)
+                                      BLOCK_D=triton.next_power_of_2(D), BLOCK_S=triton.next_power_of_2(S), PDL=pdl(),
+                                      launch_pdl=pdl(), num_warps=1)
     return out
 
 # %% ../nbs/07a_triton_attention.ipynb #c029

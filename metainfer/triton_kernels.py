@@ -4,7 +4,7 @@
 
 # %% ../nbs/03a_triton_kernels.ipynb #c002
 from __future__ import annotations
-import os
+import functools, os
 import torch
 from torch import Tensor
 try:
@@ -15,8 +15,8 @@ except ImportError:  # the module still imports without triton; `available()` th
 jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
-__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'rms_norm', 'add_rms_norm', 'rotary', 'silu_and_mul',
-           'TritonKernels']
+__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'rotary',
+           'silu_and_mul', 'num_sms', 'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -32,12 +32,29 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
 
+# %% ../nbs/03a_triton_kernels.ipynb #c3865b3e
+@functools.cache
+def pdl() -> bool:
+    "Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled, `METAINFER_PDL` not `0`."
+    return (triton is not None and not interpreting() and torch.cuda.is_available()
+            and torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("METAINFER_PDL", "1") != "0")
+
+@jit
+def pdl_sync(PDL: tl.constexpr):
+    "With PDL: wait until the previous kernel's writes are visible, then let the next kernel launch."
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
 # %% ../nbs/03a_triton_kernels.ipynb #c008
 @jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_inner, stride_outer, stride_inner,
-                     N, eps, HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+                     N, eps, HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                     PDL: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # the weight: before the wait
+    pdl_sync(PDL)
     mask = (rows < n_rows)[:, None] & (cols < N)[None, :]
     x_offs = ((rows // n_inner) * stride_outer + (rows % n_inner) * stride_inner)[:, None] + cols[None, :]
     out_offs = rows[:, None] * N + cols[None, :]
@@ -48,7 +65,6 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_inne
     xf = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / N + eps)
     normed = (xf * rstd[:, None]).to(x.dtype).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
     tl.store(out_ptr + out_offs, normed * w[None, :], mask=mask)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c010
@@ -63,7 +79,8 @@ def _norm_launch(x3: Tensor, res: Tensor | None, weight: Tensor, eps: float, out
     ROWS = max(1, min(16, 2048 // BLOCK_N))
     _rms_norm_kernel[(triton.cdiv(n_rows, ROWS),)](
         x3, res, weight, out, res_out, n_rows, x3.shape[1], x3.stride(0), x3.stride(1), N, eps,
-        HAS_RESIDUAL=res is not None, ROWS=ROWS, BLOCK_N=BLOCK_N, num_warps=4 if BLOCK_N <= 4096 else 8)
+        HAS_RESIDUAL=res is not None, ROWS=ROWS, BLOCK_N=BLOCK_N, PDL=pdl(), launch_pdl=pdl(),
+        num_warps=4 if BLOCK_N <= 4096 else 8)
 
 def rms_norm(x: Tensor,       # [..., N], any leading shape
              weight: Tensor,  # [N]
@@ -119,9 +136,10 @@ def _rotate_heads(ptr, w_ptr, t, stride_t, stride_h, n_heads, cos, sin, eps, HEA
 def _rotary_kernel(q_ptr, k_ptr, pos_ptr, cache_ptr, qw_ptr, kw_ptr, stride_qt, stride_qh, stride_kt, stride_kh,
                    n_q_heads, n_k_heads, stride_cache, eps, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
                    IS_NEOX: tl.constexpr, HAS_NORM: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
-                   BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr):
+                   BLOCK_HALF: tl.constexpr, BLOCK_TAIL: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     i = tl.arange(0, BLOCK_HALF)
+    pdl_sync(PDL)
     row = cache_ptr + tl.load(pos_ptr + t).to(tl.int64) * stride_cache
     cos = tl.load(row + i, mask=i < HALF, other=0.0)[None, :]
     sin = tl.load(row + HALF + i, mask=i < HALF, other=0.0)[None, :]
@@ -147,14 +165,15 @@ def rotary(q: Tensor,              # [T, H, D]
         q.shape[1], k.shape[1], cos_sin_cache.stride(0), eps, HEAD_DIM=D, HALF=half, IS_NEOX=is_neox,
         HAS_NORM=q_weight is not None, BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
         BLOCK_HK=triton.next_power_of_2(k.shape[1]), BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_TAIL=triton.next_power_of_2(max(1, D - 2 * half)), num_warps=4)
+        BLOCK_TAIL=triton.next_power_of_2(max(1, D - 2 * half)), PDL=pdl(), launch_pdl=pdl(), num_warps=4)
     return q, k
 
 # %% ../nbs/03a_triton_kernels.ipynb #c023
 @jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    pdl_sync(PDL)
     mask = cols < I
     gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0)
     up = tl.load(x_ptr + t * stride_x + I + cols, mask=mask, other=0.0).to(tl.float32)
@@ -169,7 +188,48 @@ def silu_and_mul(x: Tensor) -> Tensor:
     I = x.shape[-1] // 2
     out = torch.empty(*x.shape[:-1], I, dtype=x.dtype, device=x.device)
     BLOCK = min(1024, triton.next_power_of_2(I))
-    _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(I, BLOCK))](x2, out, x2.stride(0), I, BLOCK=BLOCK, num_warps=4)
+    _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(I, BLOCK))](x2, out, x2.stride(0), I, BLOCK=BLOCK, PDL=pdl(),
+                                                               launch_pdl=pdl(), num_warps=4)
+    return out
+
+# %% ../nbs/03a_triton_kernels.ipynb #a6563627
+@jit
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
+    w = tl.load(rows + k[None, :], mask=(n < N)[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
+    pdl_sync(PDL)
+    x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+    for c in range(1, tl.cdiv(K, BLOCK_K)):
+        kk = c * BLOCK_K + k
+        w = tl.load(rows + kk[None, :], mask=(n < N)[:, None] & (kk < K)[None, :], other=0.0)
+        x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
+        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+    if HAS_BIAS: acc += tl.load(b_ptr + n, mask=n < N, other=0.0).to(tl.float32)
+    tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+
+@functools.cache
+def num_sms(device: torch.device) -> int:
+    "Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling decisions too)."
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
+
+def linear(x: Tensor,                    # [..., K]
+           weight: Tensor,               # [N, K]
+           bias: Tensor | None = None,   # [N]
+           out_dtype: torch.dtype | None = None) -> Tensor:
+    "`linear_ref`, with a single row (a batch-1 decode step) streamed through the GEMV kernel."
+    from metainfer.kernels import linear_ref
+    K, N = x.shape[-1], weight.shape[0]
+    if x.numel() != K or weight.stride(1) != 1 or weight.dtype != x.dtype: return linear_ref(x, weight, bias, out_dtype)
+    x1 = x.reshape(K) if x.is_contiguous() else x.reshape(K).contiguous()
+    out = torch.empty(*x.shape[:-1], N, dtype=out_dtype or x.dtype, device=x.device)
+    BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4
+    _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
+                                             BLOCK_N=BLOCK_N, BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(),
+                                             launch_pdl=pdl(), num_warps=4, num_stages=3)
     return out
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
@@ -180,3 +240,4 @@ class TritonKernels:
     add_rms_norm = staticmethod(add_rms_norm)
     rotary = staticmethod(rotary)
     silu_and_mul = staticmethod(silu_and_mul)
+    linear = staticmethod(linear)

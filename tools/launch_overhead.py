@@ -38,12 +38,12 @@ def main() -> None:
     N, eps = 4096, 1e-6
     BLOCK_N = triton.next_power_of_2(N)
     jit_args = (x, None, w, out, None, 1, 1, N, N, N, eps)
-    jit_opts = dict(HAS_RESIDUAL=False, ROWS=1, BLOCK_N=BLOCK_N, num_warps=4)  # as `rms_norm` launches it
+    jit_opts = dict(HAS_RESIDUAL=False, ROWS=1, BLOCK_N=BLOCK_N, PDL=False, num_warps=4)  # as `rms_norm` launches it
     jit = lambda: _rms_norm_kernel[(1,)](*jit_args, **jit_opts)
     compiled = jit()  # Triton returns the compiled kernel it launched
     torch.cuda.synchronize()
     stream = torch.cuda.current_stream().cuda_stream
-    bound = (x, None, w, out_fast, None, 1, 1, N, N, N, eps, False, 1, BLOCK_N)  # every parameter, constexprs too
+    bound = (x, None, w, out_fast, None, 1, 1, N, N, N, eps, False, 1, BLOCK_N, False)  # every parameter, constexprs too
     fast = lambda: compiled.run(1, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *bound)
     fast(); torch.cuda.synchronize()
     module = torch.nn.Identity()
