@@ -14,8 +14,8 @@ from torch import Tensor
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
            'random_prompts', 'run_latency', 'run_throughput', 'hf_generate_decode', 'hf_compiled_decode',
            'hf_decode_rate', 'top1_and_gap', 'engine_top1', 'hf_top1', 'decisive', 'agreement', 'kernel_category',
-           'idle_split', 'host_profile_steps', 'profile_steps', 'environment', 'plot_bars', 'bench_main',
-           'add_bench_arguments', 'allreduce_main']
+           'idle_split', 'charged_times', 'host_profile_steps', 'profile_steps', 'environment', 'plot_bars',
+           'bench_main', 'add_bench_arguments', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
 def _time_cuda(fn, iters: int) -> float:
@@ -230,6 +230,15 @@ def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) 
         end = max(end, e)
     return {"short_gaps_s": short / 1e6, "host_waits_s": long / 1e6, "kernels": len(intervals)}
 
+def charged_times(events: list[tuple[float, float, str]]) -> tuple[dict[str, float], float]:
+    """Seconds per kernel name from `(start, end, name)` µs intervals, each instant charged once, to the
+    earliest-started kernel running then; and the seconds of kernel time that overlapped another kernel's."""
+    charged, end, raw = {}, float("-inf"), 0.0
+    for s, e, name in sorted(events):
+        charged[name] = charged.get(name, 0.0) + max(0.0, e - max(s, end)) / 1e6
+        end, raw = max(end, e), raw + (e - s) / 1e6
+    return charged, raw - sum(charged.values())
+
 def host_profile_steps(engine, steps: int = 16, top: int = 25) -> dict:
     "Where the host spends a step: `steps` engine steps under cProfile, the `top` functions by own time, per step."
     import cProfile, pstats
@@ -252,17 +261,16 @@ def profile_steps(engine, steps: int = 16) -> dict:
         for _ in range(steps): engine.step()
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
-    kernels, intervals = {}, []
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA or e.time_range.end <= e.time_range.start: continue
-        kernels[e.name] = kernels.get(e.name, 0) + (e.time_range.end - e.time_range.start) / 1e6
-        intervals.append((e.time_range.start, e.time_range.end))
+    events = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+              if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    kernels, overlap = charged_times(events)
+    intervals = [(s, e) for s, e, _ in events]
     by_cat = {c: 0.0 for c in (*CATEGORIES, "other")}
     for k, t in kernels.items(): by_cat[kernel_category(k)] += t
     busy = sum(by_cat.values())
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
     gaps = idle_split(intervals)
-    return {"wall_s": wall, "steps": steps, "gpu_busy_s": busy, "kernels_per_step": gaps["kernels"] / steps,
+    return {"wall_s": wall, "steps": steps, "gpu_busy_s": busy, "overlap_s": overlap, "kernels_per_step": gaps["kernels"] / steps,
             "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
             "idle_s": {"short_gaps": gaps["short_gaps_s"], "host_waits": gaps["host_waits_s"]},
             "top_kernels": [{"name": k[:120], "s": t, "share": t / wall} for k, t in top]}

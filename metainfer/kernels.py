@@ -55,7 +55,7 @@ def silu_and_mul_ref(x: Tensor) -> Tensor:
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
 
-# %% ../nbs/03_kernels.ipynb #ad3f9cc4
+# %% ../nbs/03_kernels.ipynb #0370ef1b
 def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
     "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32."
     if out_dtype in (None, x.dtype): return F.linear(x, weight, bias)

@@ -32,7 +32,7 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
 
-# %% ../nbs/03a_triton_kernels.ipynb #c3865b3e
+# %% ../nbs/03a_triton_kernels.ipynb #d74d81ec
 @functools.cache
 def pdl() -> bool:
     "Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled, `METAINFER_PDL` not `0`."
@@ -192,7 +192,7 @@ def silu_and_mul(x: Tensor) -> Tensor:
                                                                launch_pdl=pdl(), num_warps=4)
     return out
 
-# %% ../nbs/03a_triton_kernels.ipynb #a6563627
+# %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, PDL: tl.constexpr):
