@@ -2,7 +2,7 @@
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
-graphs-identity, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
+graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
 agreement-b16, launch-overhead, pdl-probe; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
 (570 s) holds about two of them.
@@ -92,8 +92,8 @@ def stage_smoke():
 def stage_nbtest():
     "The notebooks' tests with their `#| cuda` cells, compiled on the GPU (not the interpreter)."
     nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 09d_triton_moe 09e_triton_mla 13_runner")
-    for nb in nbs.split():  # called as a function: nbdev_test's command-line parsing ignores argv under `python -c`
-        sh(f"{PY} -c \"from nbdev.test import nbdev_test; nbdev_test(path='nbs/{nb}.ipynb', flags='cuda', do_print=True)\"")
+    for nb in nbs.split():  # as `nbdev_test --flags cuda`, printing what the cells print (errors, timings)
+        sh(f"{PY} tools/nb_outputs.py nbs/{nb}.ipynb")
 
 
 def stage_tiny():
@@ -112,6 +112,15 @@ def stage_qwen8b():
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
     bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}", 300)
+
+
+def stage_pdl_modes():
+    "B=1 decode with graphs in the other PDL modes (`METAINFER_PDL=early`, `0`), beside stage latency-peers' default."
+    m = checkpoint("Qwen3-8B")
+    for mode in ("early", "0"):
+        os.environ["METAINFER_PDL"] = mode  # the JSON's engine.kernel_backend says which mode ran
+        bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs-pdl-{mode} --profile", 120)
+    os.environ.pop("METAINFER_PDL")
 
 
 def stage_hf_compile_peer():
