@@ -16,7 +16,7 @@ jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
 __all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'rotary',
-           'silu_and_mul', 'num_sms', 'linear', 'TritonKernels']
+           'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -221,21 +221,27 @@ def num_sms(device: torch.device) -> int:
     "Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling decisions too)."
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
-def linear(x: Tensor,                    # [..., K]
-           weight: Tensor,               # [N, K]
-           bias: Tensor | None = None,   # [N]
-           out_dtype: torch.dtype | None = None) -> Tensor:
-    "`linear_ref`, with a single row (a batch-1 decode step) streamed through the GEMV kernel."
-    from metainfer.kernels import linear_ref
+def gemv(x: Tensor,                    # [..., K] holding one row
+         weight: Tensor,               # [N, K], contiguous rows; read before the wait, so no kernel may write it
+         bias: Tensor | None = None,   # [N]
+         out_dtype: torch.dtype | None = None) -> Tensor:
+    "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
     K, N = x.shape[-1], weight.shape[0]
-    if x.numel() != K or weight.stride(1) != 1 or weight.dtype != x.dtype: return linear_ref(x, weight, bias, out_dtype)
-    x1 = x.reshape(K) if x.is_contiguous() else x.reshape(K).contiguous()
+    assert x.numel() == K and weight.stride(1) == 1, "one row, and a weight with contiguous rows"
+    x1 = x.reshape(K).contiguous()
     out = torch.empty(*x.shape[:-1], N, dtype=out_dtype or x.dtype, device=x.device)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
                                              BLOCK_N=BLOCK_N, BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(),
                                              launch_pdl=pdl(), num_warps=4, num_stages=3)
     return out
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
+    "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`."
+    from metainfer.kernels import linear_ref
+    if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype:
+        return gemv(x, weight, bias, out_dtype)
+    return linear_ref(x, weight, bias, out_dtype)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
 class TritonKernels:

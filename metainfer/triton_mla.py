@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from .attention import AttentionMetadata
 from .mla import TorchMLA
-from .triton_kernels import available, jit, triton, tl
+from .triton_kernels import available, jit, triton, tl, pdl, pdl_sync
 from .triton_attention import decode_splits, varlen_available, causal_varlen, flash_attention_takes
 import torch.nn.functional as F
 
@@ -22,8 +22,9 @@ def _mla_decode_kernel(q_ptr, q_pe_ptr, cache_ptr, table_ptr, ctx_ptr, o_ptr, ls
                        stride_pb, stride_ph, stride_cb, stride_ct, stride_tb, stride_ob, stride_oh, stride_os, qk_scale,
                        R: tl.constexpr, DR: tl.constexpr, PAGE: tl.constexpr, NUM_SPLITS: tl.constexpr,
                        BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_DR: tl.constexpr, BLOCK_N: tl.constexpr,
-                       PRECISION: tl.constexpr):
+                       PRECISION: tl.constexpr, PDL: tl.constexpr):
     b, hb, split = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+    pdl_sync(PDL)
     ctx = tl.load(ctx_ptr + b)
     per_split = tl.cdiv(ctx, NUM_SPLITS)
     start, end = split * per_split, tl.minimum(ctx, (split + 1) * per_split)
@@ -60,9 +61,11 @@ def _mla_decode_kernel(q_ptr, q_pe_ptr, cache_ptr, table_ptr, ctx_ptr, o_ptr, ls
 # %% ../nbs/09e_triton_mla.ipynb #c008
 @jit
 def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_heads, stride_ob, stride_oh, stride_os, stride_xb, stride_xh,
-                      R: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr):
+                      R: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr,
+                      PDL: tl.constexpr):
     "One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, empty splits weigh 0."
     b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    pdl_sync(PDL)
     s, r = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_R)
     lse = tl.load(lse_ptr + (b * n_heads + h) * NUM_SPLITS + s, mask=s < NUM_SPLITS, other=float("-inf"))
     w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.max(lse, 0)))
@@ -90,20 +93,22 @@ def mla_decode_latent(q: Tensor,             # [B, H, r]: absorbed queries (W_UK
         q_pe.stride(0), q_pe.stride(1), latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
         o.stride(0), o.stride(1), o.stride(2), scale * math.log2(math.e), R=r, DR=dr, PAGE=latent_cache.shape[1],
         NUM_SPLITS=num_splits, BLOCK_H=BLOCK_H, BLOCK_R=triton.next_power_of_2(r), BLOCK_DR=max(16, triton.next_power_of_2(dr)),
-        BLOCK_N=16 if r > 256 else 32, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4)
+        BLOCK_N=16 if r > 256 else 32, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl(),
+        launch_pdl=pdl(), num_warps=4)
     out = torch.empty(B, H, r, dtype=q.dtype, device=q.device)
     _mla_merge_kernel[(B, H)](o, lse, out, H, o.stride(0), o.stride(1), o.stride(2), out.stride(0), out.stride(1), R=r,
                               NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
-                              BLOCK_R=triton.next_power_of_2(r), num_warps=4)
+                              BLOCK_R=triton.next_power_of_2(r), PDL=pdl(), launch_pdl=pdl(), num_warps=4)
     return out
 
 # %% ../nbs/09e_triton_mla.ipynb #c008b
 @jit
 def _store_latent_kernel(c_ptr, k_pe_ptr, w_ptr, cache_ptr, slot_ptr, stride_c, stride_k, stride_cb, stride_ct, eps,
                          R: tl.constexpr, DR: tl.constexpr, PAGE: tl.constexpr, NORM: tl.constexpr,
-                         BLOCK_R: tl.constexpr, BLOCK_DR: tl.constexpr):
+                         BLOCK_R: tl.constexpr, BLOCK_DR: tl.constexpr, PDL: tl.constexpr):
     "Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache (`NORM`: `c` RMS-normalized on the way)."
     t = tl.program_id(0).to(tl.int64)
+    pdl_sync(PDL)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     dst = cache_ptr + (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct
     r, dr = tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_DR)
@@ -125,7 +130,7 @@ def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Te
                                         latent_cache.stride(0), latent_cache.stride(1), eps, R=R, DR=DR,
                                         PAGE=latent_cache.shape[1], NORM=c_norm is not None,
                                         BLOCK_R=triton.next_power_of_2(R), BLOCK_DR=triton.next_power_of_2(DR),
-                                        num_warps=4)
+                                        PDL=pdl(), launch_pdl=pdl(), num_warps=4)
 
 # %% ../nbs/09e_triton_mla.ipynb #c009
 def mla_prefill_varlen(q_nope: Tensor, q_pe: Tensor, latent_cache: Tensor, w_uk: Tensor, w_uv: Tensor,

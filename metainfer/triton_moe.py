@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from .moe import router_logits
-from .triton_kernels import available, jit, triton, tl
+from .triton_kernels import available, jit, triton, tl, pdl, pdl_sync
 
 # %% auto #0
 __all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
@@ -17,9 +17,10 @@ __all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles'
 def _route_kernel(logits_ptr, bias_ptr, weights_ptr, ids_ptr, stride_l, scale, E: tl.constexpr, N_GROUP: tl.constexpr,
                   TOPK_GROUP: tl.constexpr, K: tl.constexpr, SIGMOID: tl.constexpr, HAS_BIAS: tl.constexpr,
                   GROUP_TOP2: tl.constexpr, NORM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_S: tl.constexpr,
-                  BLOCK_K: tl.constexpr):
+                  BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     "One token's experts: scores, (grouped) top-k by repeated arg-max, weights; the experts as a [groups, size] tile."
     t = tl.program_id(0).to(tl.int64)
+    pdl_sync(PDL)
     GS: tl.constexpr = E // N_GROUP
     gi, j = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_S)
     valid = (gi < N_GROUP)[:, None] & (j < GS)[None, :]
@@ -68,7 +69,8 @@ def select_experts_triton(logits: Tensor, top_k: int, scoring_func: str = "softm
     _route_kernel[(T,)](logits, correction_bias, weights, ids, logits.stride(0), routed_scaling_factor, E=E, N_GROUP=G,
                         TOPK_GROUP=TG, K=top_k, SIGMOID=scoring_func == "sigmoid", HAS_BIAS=correction_bias is not None,
                         GROUP_TOP2=topk_method == "noaux_tc", NORM=norm_topk_prob, BLOCK_G=triton.next_power_of_2(G),
-                        BLOCK_S=triton.next_power_of_2(E // G), BLOCK_K=triton.next_power_of_2(top_k), num_warps=2)
+                        BLOCK_S=triton.next_power_of_2(E // G), BLOCK_K=triton.next_power_of_2(top_k), PDL=pdl(),
+                        launch_pdl=pdl(), num_warps=2)
     return weights, ids
 
 # %% ../nbs/09d_triton_moe.ipynb #c006
@@ -94,8 +96,9 @@ def moe_align(topk_ids: Tensor, expert_start: int, num_local_experts: int, block
 # %% ../nbs/09d_triton_moe.ipynb #c007b
 @jit
 def _moe_align_kernel(ids_ptr, sorted_ptr, block_expert_ptr, cursor_ptr, n_pairs, expert_start, n_experts, n_rows,
-                      BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK: tl.constexpr, BLOCK_E: tl.constexpr, PDL: tl.constexpr):
     "One program: padding rows everywhere; pairs counted per expert; runs laid out; each pair to a row of its run."
+    pdl_sync(PDL)
     i, e_all = tl.arange(0, BLOCK), tl.arange(0, BLOCK_E)
     real = e_all < n_experts
     for r0 in range(0, n_rows, BLOCK):
@@ -132,7 +135,8 @@ def moe_align_triton(topk_ids: Tensor, expert_start: int, num_local_experts: int
     block_expert = torch.empty(P // block_m, dtype=torch.int32, device=dev)
     cursor = torch.empty(El, dtype=torch.int32, device=dev)
     _moe_align_kernel[(1,)](topk_ids.reshape(-1), sorted_ids, block_expert, cursor, TK, expert_start, El, P,
-                            BLOCK_M=block_m, BLOCK=256, BLOCK_E=triton.next_power_of_2(El), num_warps=4)
+                            BLOCK_M=block_m, BLOCK=256, BLOCK_E=triton.next_power_of_2(El), PDL=pdl(),
+                            launch_pdl=pdl(), num_warps=4)
     return sorted_ids, block_expert
 
 # %% ../nbs/09d_triton_moe.ipynb #c009
@@ -140,8 +144,9 @@ def moe_align_triton(topk_ids: Tensor, expert_start: int, num_local_experts: int
 def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, sorted_ptr, block_expert_ptr, weight_ptr, expert_offset, n_experts, n_pairs,
                      top_k, N, Kdim, stride_am, stride_we, stride_wn, stride_om, PAIR_TILES: tl.constexpr,
                      GATED: tl.constexpr, GATHER_TOKENS: tl.constexpr, SCALE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    pdl_sync(PDL)  # before the early return below: every program of a PDL launch waits
     e = tl.load(block_expert_ptr + pid_m).to(tl.int64) - expert_offset
     if (e < 0) | (e >= n_experts): return  # a tile past the last expert's run, or (pair tiles) another rank's expert
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -172,9 +177,10 @@ def _moe_gemm_kernel(a_ptr, w_ptr, out_ptr, sorted_ptr, block_expert_ptr, weight
 # %% ../nbs/09d_triton_moe.ipynb #c011
 @jit
 def _moe_sum_kernel(rows_ptr, ids_ptr, add_ptr, out_ptr, expert_start, n_experts, D, K: tl.constexpr,
-                    HAS_ADD: tl.constexpr, BLOCK_D: tl.constexpr):
+                    HAS_ADD: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr):
     "Each token's `K` weighted expert rows summed in float32 (other ranks' experts skipped), `+ add`, cast to the output."
     t = tl.program_id(0).to(tl.int64)
+    pdl_sync(PDL)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     acc = tl.zeros([BLOCK_D], tl.float32)
     for k in tl.static_range(K):
@@ -215,16 +221,16 @@ def fused_moe(x: Tensor,             # [T, D]
     _moe_gemm_kernel[(P // block_m, triton.cdiv(Il, tiles["BLOCK_N"]))](
         x, gate_up, h, sorted_ids, block_expert, topk_weights, offset, El, T * K, K, Il, D, x.stride(0),
         gate_up.stride(0), gate_up.stride(1), h.stride(0), PAIR_TILES=pair_tiles, GATED=True, GATHER_TOKENS=True,
-        SCALE=False, PRECISION=precision, **tiles)
+        SCALE=False, PRECISION=precision, PDL=pdl(), launch_pdl=pdl(), **tiles)
     out = torch.empty(T * K, D, dtype=torch.float32, device=x.device)   # rows of other ranks' pairs stay unwritten
     _moe_gemm_kernel[(P // block_m, triton.cdiv(D, tiles["BLOCK_N"]))](
         h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, D, Il,
         h.stride(0), down.stride(0), down.stride(1), out.stride(0), PAIR_TILES=pair_tiles, GATED=False,
-        GATHER_TOKENS=False, SCALE=True, PRECISION=precision, **tiles)
+        GATHER_TOKENS=False, SCALE=True, PRECISION=precision, PDL=pdl(), launch_pdl=pdl(), **tiles)
     y = torch.empty(T, D, dtype=x.dtype, device=x.device)
     if add is not None: add = add.contiguous()
     _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,
-                                              BLOCK_D=256, num_warps=2)
+                                              BLOCK_D=256, PDL=pdl(), launch_pdl=pdl(), num_warps=2)
     return y
 
 def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
