@@ -112,7 +112,10 @@ class TorchAttention:
         return out
 
     @staticmethod
-    def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
+    def decode(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
+               scale: float) -> Tensor:
+        "Store each sequence's one new `k`/`v`, then attend its query to its whole context."
+        TorchAttention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         k, v = (c[meta.block_tables.long()].flatten(1, 2).transpose(1, 2) for c in (k_cache, v_cache))  # [B, Hk, L, D]
         mask = torch.arange(k.shape[2], device=q.device) < meta.context_lens[:, None]                   # [B, L]
         out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask[:, None, None], scale=scale,
@@ -136,6 +139,6 @@ class Attention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata) -> Tensor:
         "`q` `[T, H, D]`, `k`/`v` `[T, Hk, D]` -> `[T, H, D]`."
+        if not meta.is_prefill: return attention_ops.decode(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
         attention_ops.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        if meta.is_prefill: return attention_ops.prefill(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
-        return attention_ops.decode(q, self.k_cache, self.v_cache, meta, self.scale)
+        return attention_ops.prefill(q, k, v, self.k_cache, self.v_cache, meta, self.scale)

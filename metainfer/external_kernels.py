@@ -44,8 +44,10 @@ class FlashAttnAttention:
         return self.varlen(q, *kv, meta.cu_seqlens_q, meta.cu_seqlens_k, meta.max_seqlen_q, meta.max_seqlen_k,
                            softmax_scale=scale, causal=True, **({"block_table": meta.block_tables} if paged else {}))
 
-    def decode(self, q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
-        if not self.supports(q, k_cache): return self.fallback.decode(q, k_cache, v_cache, meta, scale)
+    def decode(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
+               scale: float) -> Tensor:
+        if not self.supports(q, k_cache): return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale)
+        self.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)  # (`context_lens` already counts the new token)
         return self.with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens,
                                  block_table=meta.block_tables, softmax_scale=scale).squeeze(1)
 

@@ -110,7 +110,7 @@ def select_kernels(device: torch.device, backend: str = "auto", attention: str =
     name = backend if attn.name == backend else f"{backend}/{attn.name}"
     if backend != "torch":
         from metainfer.triton_kernels import pdl
-        name += ["", "+pdl", "+pdl-early"][pdl()]  # our Triton kernels launch with programmatic dependent launch
+        if pdl(): name += "+pdl"  # our Triton kernels launch with programmatic dependent launch
     return name
 
 # %% ../nbs/13_runner.ipynb #c013

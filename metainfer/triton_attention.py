@@ -11,8 +11,8 @@ from .attention import AttentionMetadata, batch_bucket
 from .triton_kernels import available, jit, triton, tl, num_sms, pdl, pdl_sync
 
 # %% auto #0
-__all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'paged_decode', 'varlen_available', 'flash_attention_takes',
-           'causal_varlen', 'varlen_prefill', 'TritonAttention', 'VarlenTritonAttention']
+__all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'merge_counters', 'paged_decode', 'varlen_available',
+           'flash_attention_takes', 'causal_varlen', 'varlen_prefill', 'TritonAttention', 'VarlenTritonAttention']
 
 # %% ../nbs/07a_triton_attention.ipynb #c006
 @jit
@@ -142,11 +142,36 @@ def paged_prefill(q: Tensor,              # [T, H, D]
 
 # %% ../nbs/07a_triton_attention.ipynb #c020
 @jit
-def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr,
-                   stride_qb, stride_qh, stride_ob, stride_oh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale,
-                   n_heads, num_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, PAGE: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                   SINGLE: tl.constexpr, PDL: tl.constexpr):
+def _merge_pieces(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, row, used, head, g, d, stride_oh,
+                  GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                  BLOCK_S: tl.constexpr, CHUNK: tl.constexpr):
+    "`out = Σ_s w_s acc_s / Σ_s w_s l_s`, `w_s = 2^(m_s − max m)`, over the first `used` pieces of `row` `[BLOCK_G]`."
+    s = tl.arange(0, BLOCK_S)
+    heads = (g < GROUP)[:, None]
+    m = tl.load(part_m_ptr + row[:, None] + s[None, :], mask=heads & (s < used)[None, :], other=float("-inf"),
+                cache_modifier=".cg")                                  # other programs' writes: read from L2
+    m_max = tl.max(m, 1)
+    l = tl.load(part_l_ptr + row[:, None] + s[None, :], mask=heads & (s < used)[None, :], other=0.0, cache_modifier=".cg")
+    den = tl.sum(l * tl.exp2(m - m_max[:, None]), 1)
+    num = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    c = tl.arange(0, CHUNK)
+    for s0 in range(0, used, CHUNK):                                   # CHUNK pieces' [G, D] outputs at a time
+        piece = s0 + c
+        live = heads & (piece < used)[None, :]                         # [BLOCK_G, CHUNK]
+        w = tl.exp2(tl.load(part_m_ptr + row[:, None] + piece[None, :], mask=live, other=float("-inf"),
+                            cache_modifier=".cg") - m_max[:, None])
+        acc = tl.load(part_acc_ptr + ((row[:, None] + piece[None, :]) * HEAD_DIM)[:, :, None] + d[None, None, :],
+                      mask=live[:, :, None] & (d < HEAD_DIM)[None, None, :], other=0.0, cache_modifier=".cg")
+        num += tl.sum(acc * w[:, :, None], 1)
+    tl.store(out_ptr + head[:, None] * stride_oh + d[None, :], num / den[:, None], mask=heads & (d < HEAD_DIM)[None, :])
+
+@jit
+def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, slot_ptr, part_acc_ptr,
+                   part_m_ptr, part_l_ptr, count_ptr, out_ptr, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb,
+                   stride_vh, stride_ob, stride_oh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale, n_heads,
+                   n_kv_heads, num_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, PAGE: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
+                   PRECISION: tl.constexpr, SINGLE: tl.constexpr, PDL: tl.constexpr):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     pdl_sync(PDL)
     ctx = tl.load(ctx_ptr + seq)
@@ -160,32 +185,37 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, part_ac
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, tables_ptr + seq * stride_table, kv_head, start, end,
-                        0, stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D,
-                        PRECISION)
-    if SINGLE:  # one piece: the merge would compute acc·1 / (l·1), so write that here and skip it
+    last = ctx - 1                                     # the new token: its K/V arrive in `k`/`v`, not from the pool
+    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, tables_ptr + seq * stride_table, kv_head, start,
+                        tl.minimum(end, last), 0, stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM,
+                        BLOCK_N, BLOCK_D, PRECISION)
+    if (start <= last) & (last < end):                 # this piece ends with it: store it, then attend to it
+        dm = d < HEAD_DIM
+        k = tl.load(k_ptr + seq * stride_kb + kv_head * stride_kh + d, mask=dm, other=0.0)
+        v = tl.load(v_ptr + seq * stride_vb + kv_head * stride_vh + d, mask=dm, other=0.0)
+        slot = tl.load(slot_ptr + seq).to(tl.int64)
+        dst = (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct + kv_head * stride_ch + d
+        tl.store(k_cache_ptr + dst, k, mask=dm)
+        tl.store(v_cache_ptr + dst, v, mask=dm)
+        s = tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], 1) * qk_scale             # [BLOCK_G], base 2
+        m_new = tl.maximum(m, s)
+        alpha, p = tl.exp2(m - m_new), tl.exp2(s - m_new)
+        l = l * alpha + p
+        acc = acc * alpha[:, None] + p.to(v.dtype).to(tl.float32)[:, None] * v.to(tl.float32)[None, :]
+        m = m_new
+    if SINGLE:  # one piece: the merge would compute acc·1 / (l·1), so write that here
         tl.store(out_ptr + seq * stride_ob + head[:, None] * stride_oh + d[None, :], acc / l[:, None], mask=mask)
     else:
-        part = (seq * n_heads + head).to(tl.int64) * num_splits + split        # [BLOCK_G] rows of the scratch
-        tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=mask)
-        tl.store(part_m_ptr + part, m, mask=g < GROUP)
-        tl.store(part_l_ptr + part, l, mask=g < GROUP)
-
-# %% ../nbs/07a_triton_attention.ipynb #c022
-@jit
-def _decode_reduce_kernel(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, n_heads, num_splits, stride_ob, stride_oh,
-                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
-    seq, head = tl.program_id(0), tl.program_id(1)
-    s, d = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_D)
-    pdl_sync(PDL)
-    part = (seq * n_heads + head).to(tl.int64) * num_splits + s
-    m = tl.load(part_m_ptr + part, mask=s < num_splits, other=float("-inf"))
-    l = tl.load(part_l_ptr + part, mask=s < num_splits, other=0.0)
-    acc = tl.load(part_acc_ptr + part[:, None] * HEAD_DIM + d[None, :],
-                  mask=(s < num_splits)[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
-    w = tl.exp2(m - tl.max(m, 0))
-    out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)
-    tl.store(out_ptr + seq * stride_ob + head * stride_oh + d, out, mask=d < HEAD_DIM)
+        row = (seq * n_heads + head).to(tl.int64) * num_splits                  # [BLOCK_G] rows of the scratch
+        tl.store(part_acc_ptr + (row + split)[:, None] * HEAD_DIM + d[None, :], acc, mask=mask)
+        tl.store(part_m_ptr + row + split, m, mask=g < GROUP)
+        tl.store(part_l_ptr + row + split, l, mask=g < GROUP)
+        tl.debug_barrier()                             # every thread's stores issued before the count says so
+        counter = count_ptr + seq * n_kv_heads + kv_head
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:   # the last piece to finish
+            _merge_pieces(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr + seq * stride_ob, row,
+                          tl.cdiv(ctx, split_len), head, g, d, stride_oh, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, 8)
+            tl.store(counter, 0)                       # ready for the next step
 
 # %% ../nbs/07a_triton_attention.ipynb #c024
 def decode_splits(batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256) -> int:
@@ -194,7 +224,17 @@ def decode_splits(batch: int, kv_heads: int, max_context: int, device: torch.dev
     programs = triton.cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
     return max(1, min(programs, triton.cdiv(max_context, min_tokens), 128))
 
+_counters: dict[torch.device, list[Tensor]] = {}  # per device: its merge counters (older, smaller ones kept alive)
+
+def merge_counters(device: torch.device, n: int) -> Tensor:
+    "At least `n` int32 counters on `device`, all zero (each merge sets its own back to zero)."
+    kept = _counters.setdefault(device, [])
+    if not kept or kept[-1].numel() < n: kept.append(torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device))
+    return kept[-1]
+
 def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
+                 k: Tensor,            # [B, Hk, D]: the step's new keys, stored here
+                 v: Tensor,            # [B, Hk, D]: and values
                  k_cache: Tensor,      # [num_blocks, PAGE, Hk, D]
                  v_cache: Tensor,      # [num_blocks, PAGE, Hk, D]
                  meta: AttentionMetadata,
@@ -203,25 +243,25 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                  block_n: int = 32,    # cached tokens per K/V tile
                  num_warps: int = 4, num_stages: int = 2,  # Triton launch options
                  ) -> Tensor:
-    "Attention of each sequence's one new query to its context (which includes it): `[B, H, D]`."
+    "Store each sequence's new K/V, and attend its one query to its whole context: `[B, H, D]`."
     B, H, D = q.shape
     Hk = k_cache.shape[2]
+    if k.stride(-1) != 1 or v.stride(-1) != 1: k, v = k.contiguous(), v.contiguous()
     S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device)
     out = torch.empty_like(q)
-    part_acc = part_m = part_l = None
+    part_acc = part_m = part_l = counters = None
     if S > 1:
         part_acc = torch.empty(B, H, S, D, dtype=torch.float32, device=q.device)
         part_m, part_l = (torch.empty(B, H, S, dtype=torch.float32, device=q.device) for _ in range(2))
-    _decode_kernel[(B, Hk, S)](q, k_cache, v_cache, meta.block_tables, meta.context_lens, part_acc, part_m, part_l, out,
-                               q.stride(0), q.stride(1), out.stride(0), out.stride(1), meta.block_tables.stride(0),
-                               *_cache_strides(k_cache, v_cache), scale * LOG2E, H, S, GROUP=H // Hk,
-                               BLOCK_G=triton.next_power_of_2(H // Hk), PAGE=k_cache.shape[1], HEAD_DIM=D,
-                               BLOCK_D=_block_d(D), BLOCK_N=block_n, PRECISION=_precision(q.dtype), SINGLE=S == 1,
-                               PDL=pdl(), launch_pdl=pdl(), num_warps=num_warps, num_stages=num_stages)
-    if S > 1:
-        _decode_reduce_kernel[(B, H)](part_acc, part_m, part_l, out, H, S, out.stride(0), out.stride(1), HEAD_DIM=D,
-                                      BLOCK_D=triton.next_power_of_2(D), BLOCK_S=triton.next_power_of_2(S), PDL=pdl(),
-                                      launch_pdl=pdl(), num_warps=1)
+        counters = merge_counters(q.device, B * Hk)
+    _decode_kernel[(B, Hk, S)](q, k, v, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.slot_mapping,
+                               part_acc, part_m, part_l, counters, out, q.stride(0), q.stride(1), k.stride(0),
+                               k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+                               meta.block_tables.stride(0), *_cache_strides(k_cache, v_cache), scale * LOG2E, H, Hk, S,
+                               GROUP=H // Hk, BLOCK_G=triton.next_power_of_2(H // Hk), PAGE=k_cache.shape[1],
+                               HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n, BLOCK_S=triton.next_power_of_2(S),
+                               PRECISION=_precision(q.dtype), SINGLE=S == 1, PDL=pdl(), launch_pdl=pdl(),
+                               num_warps=num_warps, num_stages=num_stages)
     return out
 
 # %% ../nbs/07a_triton_attention.ipynb #c029
@@ -279,8 +319,10 @@ class TritonAttention:
         return paged_prefill(q, k_cache, v_cache, meta, scale)
 
     @staticmethod
-    def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata, scale: float) -> Tensor:
-        return paged_decode(q, k_cache, v_cache, meta, scale)
+    def decode(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
+               scale: float) -> Tensor:
+        "Store the step's one `k`/`v` per sequence and attend its query to its whole context, in one launch."
+        return paged_decode(q, k, v, k_cache, v_cache, meta, scale)
 
 class VarlenTritonAttention(TritonAttention):
     "`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (the GPU default where it runs)."

@@ -34,20 +34,15 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
 
 # %% ../nbs/03a_triton_kernels.ipynb #d74d81ec
 @functools.cache
-def pdl() -> int:
-    """How kernels launch: 0 plainly; with programmatic dependent launch (Hopper or newer, compiled, `METAINFER_PDL`
-    not `0`) 1 letting the next kernel launch once this one's predecessor finished, 2 (`METAINFER_PDL=early`) at once."""
-    if triton is None or interpreting() or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        return 0
-    return {"0": 0, "early": 2}.get(os.environ.get("METAINFER_PDL", "1"), 1)
+def pdl() -> bool:
+    "Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled, `METAINFER_PDL` not `0`."
+    return (triton is not None and not interpreting() and torch.cuda.is_available()
+            and torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("METAINFER_PDL", "1") != "0")
 
 @jit
 def pdl_sync(PDL: tl.constexpr):
-    "With PDL: wait until the previous kernel's writes are visible, and let the next kernel launch (after or before)."
-    if PDL == 1:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    if PDL == 2:
+    "With PDL: let the next kernel launch, then wait until the previous kernel's writes are visible."
+    if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
 

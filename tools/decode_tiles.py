@@ -40,10 +40,11 @@ def main() -> None:
     scale = D ** -0.5
     for name, ctx in CASES.items():
         q, k_cache, v_cache, meta = case_inputs(ctx)
-        ref = TorchAttention.decode(q.float(), k_cache.float(), v_cache.float(), meta, scale)
+        k, v = (c.flatten(0, 1)[meta.slot_mapping] for c in (k_cache, v_cache))  # the new tokens' K/V, already stored
+        ref = TorchAttention.decode(q.float(), k.float(), v.float(), k_cache.float(), v_cache.float(), meta, scale)
         kv_bytes = sum(ctx) * HK * D * 2 * 2
         options = [dict(block_n=bn, num_warps=w, num_stages=s) for bn, w, s in [(32, 4, 2)] + grid]  # default first
-        rows, best = time_candidates(lambda **o: paged_decode(q, k_cache, v_cache, meta, scale, **o), ref, options,
+        rows, best = time_candidates(lambda **o: paged_decode(q, k, v, k_cache, v_cache, meta, scale, **o), ref, options,
                                      kv_bytes)
         res["cases"][name] = {"kv_bytes": kv_bytes, "default": rows[0], "best": best, "all": rows}
         print(f"{name}: default {rows[0].get('us', float('nan')):.1f} us ({rows[0].get('GBps', 0):.0f} GB/s of K/V), "
