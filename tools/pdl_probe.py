@@ -24,6 +24,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 from triton.testing import do_bench_cudagraph
+from metainfer.triton_kernels import _gemv_kernel  # the package's GEMV (run19 ran the prototype it came from)
 
 
 @triton.jit
@@ -77,26 +78,6 @@ def _elementwise_kernel(a_ptr, b_ptr, out_ptr, N, B_MOD, MODE: tl.constexpr, BLO
     tl.store(out_ptr + i, y.to(out_ptr.dtype.element_ty), mask=i < N)
 
 
-@triton.jit
-def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    "out[n] = sum_k x[k] w[n, k]; the first BLOCK_K columns of this program's weight rows load before the wait."
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    k = tl.arange(0, BLOCK_K)
-    rows = w_ptr + n[:, None].to(tl.int64) * K
-    w = tl.load(rows + k[None, :], mask=(n < N)[:, None] & (k < K)[None, :], other=0.0)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    x = tl.load(x_ptr + k, mask=k < K, other=0.0)
-    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
-    for c in range(1, tl.cdiv(K, BLOCK_K)):
-        kk = c * BLOCK_K + k
-        w = tl.load(rows + kk[None, :], mask=(n < N)[:, None] & (kk < K)[None, :], other=0.0)
-        x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
-        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
-    tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
-
-
 GEMV_TILES = {"qkv": (8, 1024, 4, 3), "o": (4, 1024, 4, 4), "gate_up": (8, 1024, 4, 4), "down": (4, 1024, 4, 3),
               "lm_head": (8, 1024, 4, 3)}  # (BLOCK_N, BLOCK_K, warps, stages): run9's GEMV sweep winners
 
@@ -104,8 +85,9 @@ GEMV_TILES = {"qkv": (8, 1024, 4, 3), "o": (4, 1024, 4, 4), "gate_up": (8, 1024,
 def gemv(x, w, name, pdl):
     bn, bk, warps, stages = GEMV_TILES[name]
     out = torch.empty(w.shape[0], dtype=x.dtype, device=x.device)
-    _gemv_kernel[(triton.cdiv(w.shape[0], bn),)](x, w, out, w.shape[0], w.shape[1], BLOCK_N=bn, BLOCK_K=bk, PDL=pdl,
-                                                  launch_pdl=pdl, num_warps=warps, num_stages=stages)
+    _gemv_kernel[(triton.cdiv(w.shape[0], bn),)](x, w, None, out, w.shape[0], w.shape[1], w.stride(0), HAS_BIAS=False,
+                                                  BLOCK_N=bn, BLOCK_K=bk, PDL=pdl, launch_pdl=pdl, num_warps=warps,
+                                                  num_stages=stages)
     return out
 
 
