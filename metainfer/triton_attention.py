@@ -175,7 +175,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ct
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     pdl_sync(PDL)
     ctx = tl.load(ctx_ptr + seq)
-    split_len = tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N) * BLOCK_N
+    split_len = tl.maximum(tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N), 1) * BLOCK_N  # > 0 even for an empty context
     start = split * split_len
     end = tl.minimum(start + split_len, ctx)
     g, d = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_D)

@@ -222,7 +222,7 @@ def gemv(x: Tensor,                    # [..., K] holding one row
          out_dtype: torch.dtype | None = None) -> Tensor:
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
     K, N = x.shape[-1], weight.shape[0]
-    assert x.numel() == K and weight.stride(1) == 1, "one row, and a weight with contiguous rows"
+    assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
     x1 = x.reshape(K).contiguous()
     out = torch.empty(*x.shape[:-1], N, dtype=out_dtype or x.dtype, device=x.device)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4
