@@ -5,7 +5,6 @@
 # %% ../nbs/05_linear.ipynb #c001
 from __future__ import annotations
 import torch
-import torch.nn.functional as F
 from torch import nn, Tensor
 from .distributed import ParallelInfo, get_tp
 from .kernels import ops
