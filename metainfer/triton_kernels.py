@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools, os
 import torch
 from torch import Tensor
+from .kernels import linear_ref
 try:
     import triton
     import triton.language as tl
@@ -233,7 +234,6 @@ def gemv(x: Tensor,                    # [..., K] holding one row
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
     "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`."
-    from metainfer.kernels import linear_ref
     if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype:
         return gemv(x, weight, bias, out_dtype)
     return linear_ref(x, weight, bias, out_dtype)
