@@ -6,6 +6,7 @@
 from __future__ import annotations
 import torch
 from torch import Tensor
+from .kernels import linear_ref
 from .moe import router_logits
 from .triton_kernels import available, jit, triton, tl, pdl, pdl_sync
 
@@ -236,7 +237,7 @@ def fused_moe(x: Tensor,             # [T, D]
 def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
     "`router_logits` as one GEMM on a GPU: 16-bit products are exact in float32, and cuBLAS sums them in float32."
     if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype:
-        return torch.mm(x, weight.t(), out_dtype=torch.float32)
+        return linear_ref(x, weight, out_dtype=torch.float32)  # one cuBLAS GEMM with a float32 output
     return router_logits(x, weight)
 
 class TritonMoE:
