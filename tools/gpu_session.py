@@ -117,9 +117,8 @@ def stage_latency_peers():
 def stage_pdl_modes():
     "B=1 decode with graphs without PDL (`METAINFER_PDL=0`), beside stage latency-peers' default."
     m = checkpoint("Qwen3-8B")
-    for mode in ("0",):
-        os.environ["METAINFER_PDL"] = mode  # the JSON's engine.kernel_backend says which mode ran
-        bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs-pdl-{mode} --profile", 120)
+    os.environ["METAINFER_PDL"] = "0"  # the JSON's engine.kernel_backend then lacks "+pdl"
+    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs-pdl-0 --profile", 120)
     os.environ.pop("METAINFER_PDL")
 
 
