@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from .kernels import Ops
+from .kernels import Ops, Rope
 
 # %% auto #0
 __all__ = ['BATCH_BUCKETS', 'attention_ops', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool',
@@ -113,8 +113,9 @@ class TorchAttention:
 
     @staticmethod
     def decode(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
-               scale: float) -> Tensor:
-        "Store each sequence's one new `k`/`v`, then attend its query to its whole context."
+               scale: float, rope: Rope | None = None) -> Tensor:
+        "Rotate `q`/`k` by `rope` if given, store each sequence's one new `k`/`v`, then attend its query to its whole context."
+        if rope is not None: q, k = rope(q, k)
         TorchAttention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         k, v = (c[meta.block_tables.long()].flatten(1, 2).transpose(1, 2) for c in (k_cache, v_cache))  # [B, Hk, L, D]
         mask = torch.arange(k.shape[2], device=q.device) < meta.context_lens[:, None]                   # [B, L]
@@ -137,8 +138,9 @@ class Attention(nn.Module):
     def bind_kv_cache(self, k_cache: Tensor, v_cache: Tensor) -> None:
         self.k_cache, self.v_cache = k_cache, v_cache
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata) -> Tensor:
-        "`q` `[T, H, D]`, `k`/`v` `[T, Hk, D]` -> `[T, H, D]`."
-        if not meta.is_prefill: return attention_ops.decode(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, rope: Rope | None = None) -> Tensor:
+        "`q` `[T, H, D]`, `k`/`v` `[T, Hk, D]` (before `rope`, if given) -> `[T, H, D]`."
+        if not meta.is_prefill: return attention_ops.decode(q, k, v, self.k_cache, self.v_cache, meta, self.scale, rope)
+        if rope is not None: q, k = rope(q, k)
         attention_ops.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
         return attention_ops.prefill(q, k, v, self.k_cache, self.v_cache, meta, self.scale)

@@ -8,7 +8,7 @@ import importlib
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata
-from .kernels import linear_ref
+from .kernels import Rope, linear_ref
 from .triton_attention import flash_attention_takes
 
 # %% auto #0
@@ -45,8 +45,9 @@ class FlashAttnAttention:
                            softmax_scale=scale, causal=True, **({"block_table": meta.block_tables} if paged else {}))
 
     def decode(self, q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
-               scale: float) -> Tensor:
-        if not self.supports(q, k_cache): return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale)
+               scale: float, rope: Rope | None = None) -> Tensor:
+        if not self.supports(q, k_cache): return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale, rope)
+        if rope is not None: q, k = rope(q, k)
         self.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)  # (`context_lens` already counts the new token)
         return self.with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens,
                                  block_table=meta.block_tables, softmax_scale=scale).squeeze(1)

@@ -4,13 +4,14 @@
 
 # %% ../nbs/03_kernels.ipynb #c001
 from __future__ import annotations
+from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'ops', 'rms_norm_ref', 'add_rms_norm_ref', 'rope_inv_freq', 'rope_cos_sin_cache', 'rotary_ref',
-           'silu_and_mul_ref', 'linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'RotaryEmbedding']
+           'silu_and_mul_ref', 'linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'Rope', 'RotaryEmbedding']
 
 # %% ../nbs/03_kernels.ipynb #c005
 def rms_norm_ref(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -56,8 +57,10 @@ def silu_and_mul_ref(x: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 # %% ../nbs/03_kernels.ipynb #0370ef1b
-def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
-    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32."
+def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
+               act: str | None = None) -> Tensor:
+    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32; `act`: an op of the table applied to `x` first."
+    if act is not None: x = getattr(ops, act)(x)
     if out_dtype in (None, x.dtype): return F.linear(x, weight, bias)
     if x.is_cuda: y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=out_dtype).view(*x.shape[:-1], -1)
     else: y = F.linear(x.to(out_dtype), weight.to(out_dtype))
@@ -102,6 +105,19 @@ class RMSNorm(nn.Module):
         return ops.add_rms_norm(x, residual, self.weight, self.eps)
 
 # %% ../nbs/03_kernels.ipynb #c023
+@dataclass
+class Rope:
+    "A step's rotary embedding of `q` `[T, H, D]` and `k` `[T, Hk, D]`: RMSNorm of each head first when given weights (Qwen3)."
+    positions: Tensor                  # [T]
+    cos_sin_cache: Tensor              # [max_position, rotary_dim], float32: cos | sin
+    is_neox: bool
+    q_weight: Tensor | None = None     # [D]: q_norm's weight
+    k_weight: Tensor | None = None     # [D]: k_norm's weight
+    eps: float = 1e-6
+
+    def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return ops.rotary(q, k, self.positions, self.cos_sin_cache, self.is_neox, self.q_weight, self.k_weight, self.eps)
+
 class RotaryEmbedding(nn.Module):
     "Rotates q and k by position, from one float32 cos/sin cache."
     def __init__(self, rotary_dim: int, max_position: int, base: float, is_neox: bool = True,
@@ -111,8 +127,12 @@ class RotaryEmbedding(nn.Module):
         inv_freq = rope_inv_freq(rotary_dim, base) if inv_freq is None else inv_freq
         self.register_buffer("cos_sin_cache", rope_cos_sin_cache(inv_freq, max_position), persistent=False)
 
+    def at(self, positions: Tensor, q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None) -> Rope:
+        "The rotation of a step's tokens at `positions`; with `q_norm`/`k_norm` (Qwen3) each head is RMS-normalized first."
+        if q_norm is None: return Rope(positions, self.cos_sin_cache, self.is_neox)
+        return Rope(positions, self.cos_sin_cache, self.is_neox, q_norm.weight, k_norm.weight, q_norm.eps)
+
     def forward(self, positions: Tensor, q: Tensor, k: Tensor, q_norm: RMSNorm | None = None,
                 k_norm: RMSNorm | None = None) -> tuple[Tensor, Tensor]:
-        "Rotated `q` and `k`; with `q_norm`/`k_norm` (Qwen3), each head is RMS-normalized first, in the same kernel."
-        if q_norm is None: return ops.rotary(q, k, positions, self.cos_sin_cache, self.is_neox)
-        return ops.rotary(q, k, positions, self.cos_sin_cache, self.is_neox, q_norm.weight, k_norm.weight, q_norm.eps)
+        "Rotated `q` and `k`, in one kernel with the q/k norms if given."
+        return self.at(positions, q_norm, k_norm)(q, k)

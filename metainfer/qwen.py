@@ -8,7 +8,7 @@ import torch
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import get_tp
-from .kernels import RMSNorm, RotaryEmbedding, ops
+from .kernels import RMSNorm, RotaryEmbedding
 from .linear import QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .embedding import VocabParallelEmbedding, ParallelLMHead
 from .attention import Attention, AttentionMetadata
@@ -35,8 +35,8 @@ class QwenAttention(nn.Module):
         D = self.attn.head_dim
         q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
         q, k, v = q.view(-1, self.attn.num_heads, D), k.view(-1, self.attn.num_kv_heads, D), v.view(-1, self.attn.num_kv_heads, D)
-        q, k = self.rotary_emb(positions, q, k, self.q_norm, self.k_norm)  # Qwen3: per-head RMSNorm first, same kernel
-        return self.o_proj(self.attn(q, k, v, meta).flatten(1))
+        rope = self.rotary_emb.at(positions, self.q_norm, self.k_norm)  # Qwen3: per-head RMSNorm first, same kernel
+        return self.o_proj(self.attn(q, k, v, meta, rope).flatten(1))
 
 # %% ../nbs/09_qwen.ipynb #c005
 class QwenMLP(nn.Module):
@@ -47,7 +47,7 @@ class QwenMLP(nn.Module):
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj(x), act="silu_and_mul")  # a backend may fuse the activation into it
 
 # %% ../nbs/09_qwen.ipynb #c007
 class DecoderLayer(nn.Module):

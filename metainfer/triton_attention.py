@@ -8,6 +8,7 @@ import functools, inspect
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata, batch_bucket
+from .kernels import Rope
 from .triton_kernels import available, jit, triton, tl, num_sms, pdl, pdl_sync
 
 # %% auto #0
@@ -55,29 +56,40 @@ def store_kv(k: Tensor,             # [T, Hk, D]
 
 # %% ../nbs/07a_triton_attention.ipynb #c011
 @jit
+def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, kv_head, n, valid, stride_cb, stride_ct, stride_ch,
+             PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    "The K and V `[BLOCK_N, D]` of one sequence's cached tokens `n` (zeros where not `valid`), through its block table."
+    d = tl.arange(0, BLOCK_D)
+    page = tl.load(table_ptr + n // PAGE, mask=valid, other=0).to(tl.int64)
+    offs = (page * stride_cb + (n % PAGE) * stride_ct + kv_head * stride_ch)[:, None] + d[None, :]
+    kv_mask = valid[:, None] & (d < HEAD_DIM)[None, :]
+    return tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0), tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
+
+@jit
+def _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION: tl.constexpr):
+    "Fold one K/V tile into the online softmax of `q` `[M, D]`; `keep` `[M, BLOCK_N]` says which scores count."
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale              # [M, BLOCK_N], base-2 logits
+    s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l = l * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l, acc
+
+@jit
 def _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, table_ptr, kv_head, start, end, q_pos,
             stride_cb, stride_ct, stride_ch, qk_scale, CAUSAL: tl.constexpr, PAGE: tl.constexpr,
             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
     "Online softmax of the query tile `q` `[M, D]` over one sequence's cached tokens `[start, end)`."
-    d = tl.arange(0, BLOCK_D)
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         valid = n < end
-        page = tl.load(table_ptr + n // PAGE, mask=valid, other=0).to(tl.int64)
-        offs = (page * stride_cb + (n % PAGE) * stride_ct + kv_head * stride_ch)[:, None] + d[None, :]
-        kv_mask = valid[:, None] & (d < HEAD_DIM)[None, :]
-        k = tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + offs, mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale          # [M, BLOCK_N], base-2 logits
+        k, v = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, kv_head, n, valid, stride_cb, stride_ct, stride_ch, PAGE,
+                        HEAD_DIM, BLOCK_D)
         keep = valid[None, :]
         if CAUSAL: keep = keep & (n[None, :] <= q_pos[:, None])
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m = m_new
+        m, l, acc = _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION)
     return m, l, acc
 
 # %% ../nbs/07a_triton_attention.ipynb #c013
@@ -166,32 +178,79 @@ def _merge_pieces(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr, row, used, head
     tl.store(out_ptr + head[:, None] * stride_oh + d[None, :], num / den[:, None], mask=heads & (d < HEAD_DIM)[None, :])
 
 @jit
-def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, slot_ptr, part_acc_ptr,
-                   part_m_ptr, part_l_ptr, count_ptr, out_ptr, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb,
-                   stride_vh, stride_ob, stride_oh, stride_table, stride_cb, stride_ct, stride_ch, qk_scale, n_heads,
-                   n_kv_heads, num_splits, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, PAGE: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-                   PRECISION: tl.constexpr, SINGLE: tl.constexpr, PDL: tl.constexpr):
+def _rope_factors(row_ptr, d, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
+    "For each dim `d` of a head: the dim it rotates with, and `cos`, `±sin` so that `x·cos + x_pair·sin` rotates it."
+    rot = d < 2 * HALF                                 # dims past the rotary ones keep their value: cos 1, sin 0
+    if IS_NEOX: i, pair, sign = d % HALF, tl.where(rot, (d + HALF) % (2 * HALF), d), tl.where(d < HALF, -1.0, 1.0)
+    else: i, pair, sign = d // 2, tl.where(rot, d ^ 1, d), tl.where(d % 2 == 0, -1.0, 1.0)
+    cos = tl.load(row_ptr + i, mask=rot, other=1.0)
+    sin = tl.load(row_ptr + HALF + i, mask=rot, other=0.0) * sign
+    return pair, cos, sin
+
+@jit
+def _normed_rotated(ptr, rows, mask, d, pair, cos, sin, w, w_pair, eps, HEAD_DIM: tl.constexpr, NORM: tl.constexpr):
+    "Heads `ptr + rows + d` `[R, BLOCK_D]`, RMS-normed (if `NORM`) then rotated, rounded where the rotary kernel rounds."
+    x = tl.load(ptr + rows[:, None] + d[None, :], mask=mask, other=0.0)
+    xf = x.to(tl.float32)
+    xp = tl.load(ptr + rows[:, None] + pair[None, :], mask=mask, other=0.0).to(tl.float32)
+    if NORM:
+        rstd = (1.0 / tl.sqrt(tl.sum(xf * xf, 1) / HEAD_DIM + eps))[:, None]
+        xf = ((xf * rstd).to(x.dtype).to(tl.float32) * w[None, :]).to(x.dtype).to(tl.float32)
+        xp = ((xp * rstd).to(x.dtype).to(tl.float32) * w_pair[None, :]).to(x.dtype).to(tl.float32)
+    return (xf * cos[None, :] + xp * sin[None, :]).to(x.dtype)
+
+@jit
+def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ctx_ptr, slot_ptr, pos_ptr, cos_sin_ptr,
+                   qw_ptr, kw_ptr, part_acc_ptr, part_m_ptr, part_l_ptr, count_ptr, out_ptr, stride_qb, stride_qh,
+                   stride_kb, stride_kh, stride_vb, stride_vh, stride_ob, stride_oh, stride_table, stride_cb, stride_ct,
+                   stride_ch, stride_cos_sin, eps, qk_scale, n_heads, n_kv_heads, num_splits, GROUP: tl.constexpr,
+                   BLOCK_G: tl.constexpr, PAGE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, PRECISION: tl.constexpr, SINGLE: tl.constexpr,
+                   ROPE: tl.constexpr, HALF: tl.constexpr, IS_NEOX: tl.constexpr, QK_NORM: tl.constexpr,
+                   PDL: tl.constexpr):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    pdl_sync(PDL)
+    # Before the wait, only what no kernel of this step writes: the step's metadata (copied from the host before its
+    # first kernel), the tokens earlier steps cached, the rotary table and the norm weights.
     ctx = tl.load(ctx_ptr + seq)
     split_len = tl.maximum(tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N), 1) * BLOCK_N  # > 0 even for an empty context
     start = split * split_len
     end = tl.minimum(start + split_len, ctx)
+    last = ctx - 1                                     # the new token: its K/V arrive in `k`/`v`, not from the pool
+    cached_end = tl.minimum(end, last)                 # this piece's cached tokens: [start, cached_end)
+    table = tables_ptr + seq * stride_table
+    n = start + tl.arange(0, BLOCK_N)
+    k0, v0 = _kv_tile(k_cache_ptr, v_cache_ptr, table, kv_head, n, n < cached_end, stride_cb, stride_ct, stride_ch,
+                      PAGE, HEAD_DIM, BLOCK_D)         # the piece's first tile, loaded while the QKV GEMM finishes
     g, d = tl.arange(0, BLOCK_G), tl.arange(0, BLOCK_D)
     head = kv_head * GROUP + g
     mask = (g < GROUP)[:, None] & (d < HEAD_DIM)[None, :]
-    q = tl.load(q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :], mask=mask, other=0.0)
+    if ROPE:
+        pair, cos, sin = _rope_factors(cos_sin_ptr + tl.load(pos_ptr + seq).to(tl.int64) * stride_cos_sin, d, HALF,
+                                       IS_NEOX)
+        qw, qw_pair, kw, kw_pair = None, None, None, None
+        if QK_NORM:
+            qw = tl.load(qw_ptr + d, mask=d < HEAD_DIM, other=0.0).to(tl.float32)
+            qw_pair = tl.load(qw_ptr + pair, mask=pair < HEAD_DIM, other=0.0).to(tl.float32)
+            kw = tl.load(kw_ptr + d, mask=d < HEAD_DIM, other=0.0).to(tl.float32)
+            kw_pair = tl.load(kw_ptr + pair, mask=pair < HEAD_DIM, other=0.0).to(tl.float32)
+    pdl_sync(PDL)
+    if ROPE:
+        q = _normed_rotated(q_ptr + seq * stride_qb, head * stride_qh, mask, d, pair, cos, sin, qw, qw_pair, eps,
+                            HEAD_DIM, QK_NORM)
+    else: q = tl.load(q_ptr + seq * stride_qb + head[:, None] * stride_qh + d[None, :], mask=mask, other=0.0)
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    last = ctx - 1                                     # the new token: its K/V arrive in `k`/`v`, not from the pool
-    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, tables_ptr + seq * stride_table, kv_head, start,
-                        tl.minimum(end, last), 0, stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM,
-                        BLOCK_N, BLOCK_D, PRECISION)
+    if start < cached_end:                             # (an empty first tile would leave m at -inf: nothing to fold)
+        m, l, acc = _softmax_step(q, m, l, acc, k0, v0, (n < cached_end)[None, :], qk_scale, PRECISION)
+    m, l, acc = _attend(q, m, l, acc, k_cache_ptr, v_cache_ptr, table, kv_head, start + BLOCK_N, cached_end, 0,
+                        stride_cb, stride_ct, stride_ch, qk_scale, False, PAGE, HEAD_DIM, BLOCK_N, BLOCK_D, PRECISION)
     if (start <= last) & (last < end):                 # this piece ends with it: store it, then attend to it
         dm = d < HEAD_DIM
-        k = tl.load(k_ptr + seq * stride_kb + kv_head * stride_kh + d, mask=dm, other=0.0)
+        if ROPE:
+            k = tl.reshape(_normed_rotated(k_ptr + seq * stride_kb, tl.zeros([1], tl.int64) + kv_head * stride_kh,
+                                           dm[None, :], d, pair, cos, sin, kw, kw_pair, eps, HEAD_DIM, QK_NORM), [BLOCK_D])
+        else: k = tl.load(k_ptr + seq * stride_kb + kv_head * stride_kh + d, mask=dm, other=0.0)
         v = tl.load(v_ptr + seq * stride_vb + kv_head * stride_vh + d, mask=dm, other=0.0)
         slot = tl.load(slot_ptr + seq).to(tl.int64)
         dst = (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct + kv_head * stride_ch + d
@@ -239,6 +298,7 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                  v_cache: Tensor,      # [num_blocks, PAGE, Hk, D]
                  meta: AttentionMetadata,
                  scale: float,
+                 rope: Rope | None = None,       # rotate (and norm) q and k on the way in
                  num_splits: int | None = None,  # pieces per context; `decode_splits` when None
                  block_n: int = 32,    # cached tokens per K/V tile
                  num_warps: int = 4, num_stages: int = 2,  # Triton launch options
@@ -246,7 +306,9 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
     "Store each sequence's new K/V, and attend its one query to its whole context: `[B, H, D]`."
     B, H, D = q.shape
     Hk = k_cache.shape[2]
-    if k.stride(-1) != 1 or v.stride(-1) != 1: k, v = k.contiguous(), v.contiguous()
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1: q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    r = rope or Rope(None, None, False)                # no rope: null pointers, and ROPE=False compiles them out
+    cos_sin_stride, half = (r.cos_sin_cache.stride(0), r.cos_sin_cache.shape[-1] // 2) if rope else (0, 1)
     S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device)
     out = torch.empty_like(q)
     part_acc = part_m = part_l = counters = None
@@ -255,12 +317,15 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
         part_m, part_l = (torch.empty(B, H, S, dtype=torch.float32, device=q.device) for _ in range(2))
         counters = merge_counters(q.device, B * Hk)
     _decode_kernel[(B, Hk, S)](q, k, v, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.slot_mapping,
+                               r.positions, r.cos_sin_cache, r.q_weight, r.k_weight,
                                part_acc, part_m, part_l, counters, out, q.stride(0), q.stride(1), k.stride(0),
                                k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-                               meta.block_tables.stride(0), *_cache_strides(k_cache, v_cache), scale * LOG2E, H, Hk, S,
+                               meta.block_tables.stride(0), *_cache_strides(k_cache, v_cache),
+                               cos_sin_stride, r.eps, scale * LOG2E, H, Hk, S,
                                GROUP=H // Hk, BLOCK_G=triton.next_power_of_2(H // Hk), PAGE=k_cache.shape[1],
                                HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n, BLOCK_S=triton.next_power_of_2(S),
-                               PRECISION=_precision(q.dtype), SINGLE=S == 1, PDL=pdl(), launch_pdl=pdl(),
+                               PRECISION=_precision(q.dtype), SINGLE=S == 1, ROPE=rope is not None,
+                               HALF=half, IS_NEOX=r.is_neox, QK_NORM=r.q_weight is not None, PDL=pdl(), launch_pdl=pdl(),
                                num_warps=num_warps, num_stages=num_stages)
     return out
 
@@ -320,9 +385,9 @@ class TritonAttention:
 
     @staticmethod
     def decode(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, meta: AttentionMetadata,
-               scale: float) -> Tensor:
-        "Store the step's one `k`/`v` per sequence and attend its query to its whole context, in one launch."
-        return paged_decode(q, k, v, k_cache, v_cache, meta, scale)
+               scale: float, rope: Rope | None = None) -> Tensor:
+        "Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its whole context: one launch."
+        return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope)
 
 class VarlenTritonAttention(TritonAttention):
     "`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (the GPU default where it runs)."
