@@ -11,7 +11,7 @@ from torch import nn, Tensor
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'ops', 'rms_norm_ref', 'add_rms_norm_ref', 'rope_inv_freq', 'rope_cos_sin_cache', 'rotary_ref',
-           'silu_and_mul_ref', 'linear_ref', 'TorchKernels', 'Ops', 'SiluAndMul', 'RMSNorm', 'Rope', 'RotaryEmbedding']
+           'silu_and_mul_ref', 'linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'Rope', 'RotaryEmbedding']
 
 # %% ../nbs/03_kernels.ipynb #c005
 def rms_norm_ref(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -58,12 +58,9 @@ def silu_and_mul_ref(x: Tensor) -> Tensor:
 
 # %% ../nbs/03_kernels.ipynb #0370ef1b
 def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
-               act: nn.Module | None = None, residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-    "`act(x) Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32; with `residual` (`act` a norm): `(act(x + residual) Wᵀ + b, x + residual)`."
-    if residual is not None:
-        x, stream = act(x, residual)
-        return linear_ref(x, weight, bias, out_dtype), stream
-    if act is not None: x = act(x)
+               act: str | None = None) -> Tensor:
+    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32; `act`: an op of the table applied to `x` first."
+    if act is not None: x = getattr(ops, act)(x)
     if out_dtype in (None, x.dtype): return F.linear(x, weight, bias)
     if x.is_cuda: y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=out_dtype).view(*x.shape[:-1], -1)
     else: y = F.linear(x.to(out_dtype), weight.to(out_dtype))
@@ -97,10 +94,6 @@ class Ops:
 ops = Ops(OP_NAMES).use(TorchKernels())
 
 # %% ../nbs/03_kernels.ipynb #c022
-class SiluAndMul(nn.Module):
-    "`silu(x[..., :I]) * x[..., I:]` through the table: the activation a projection can take as its `act`."
-    def forward(self, x: Tensor) -> Tensor: return ops.silu_and_mul(x)
-
 class RMSNorm(nn.Module):
     "RMSNorm with an optional fused residual add."
     def __init__(self, dim: int, eps: float = 1e-6):

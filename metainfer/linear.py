@@ -7,11 +7,11 @@ from __future__ import annotations
 import torch
 from torch import nn, Tensor
 from .distributed import ParallelInfo, get_tp
-from .kernels import RMSNorm, ops
+from .kernels import ops
 
 # %% auto #0
-__all__ = ['shape_of', 'take', 'default_weight_loader', 'PreNorm', 'LinearBase', 'ReplicatedLinear', 'divide',
-           'ColumnParallelLinear', 'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear']
+__all__ = ['shape_of', 'take', 'default_weight_loader', 'LinearBase', 'ReplicatedLinear', 'divide', 'ColumnParallelLinear',
+           'MergedColumnParallelLinear', 'QKVParallelLinear', 'RowParallelLinear']
 
 # %% ../nbs/05_linear.ipynb #c005
 def shape_of(w) -> tuple[int, ...]:
@@ -33,32 +33,6 @@ def default_weight_loader(param: Tensor, loaded) -> None:
     param.copy_(w)
 
 # %% ../nbs/05_linear.ipynb #c008
-class PreNorm:
-    "A pre-norm block's input, `norm(x + residual)`, for its first projection to compute; then `stream` is `x + residual`."
-    def __init__(self, norm: RMSNorm, x: Tensor, residual: Tensor | None = None):  # no residual: `x` is the stream
-        self.norm, self.x, self.residual = norm, x, residual
-        self.normed, self._stream = None, x if residual is None else None
-
-    @property
-    def stream(self) -> Tensor:
-        "The residual stream after the add, `x + residual`: known once the input was computed."
-        if self._stream is None: raise RuntimeError("PreNorm: the block never read its input")
-        return self._stream
-
-    def tensor(self) -> Tensor:
-        "The normalized input itself, for a block that reads it in more places than one projection."
-        if self.normed is None:
-            if self._stream is None: self.normed, self._stream = self.norm(self.x, self.residual)
-            else: self.normed = self.norm(self._stream)
-        return self.normed
-
-    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        "`norm(x + residual) Wᵀ + b`, with the add and the norm inside the product where the backend can."
-        if self.normed is not None: return ops.linear(self.normed, weight, bias)
-        if self._stream is not None: return ops.linear(self._stream, weight, bias, act=self.norm)
-        y, self._stream = ops.linear(self.x, weight, bias, act=self.norm, residual=self.residual)
-        return y
-
 class LinearBase(nn.Module):
     "A linear layer whose weight `[out_local, in_local]` is this rank's shard."
     def __init__(self, in_features: int, out_features: int, bias: bool = False, tp_dim: int | None = None,
@@ -78,9 +52,8 @@ class LinearBase(nn.Module):
         size = param.shape[self.tp_dim]
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
 
-    def forward(self, x: Tensor | PreNorm, act: nn.Module | None = None) -> Tensor:
-        "`act(x) Wᵀ + b`; `x` may be a block's `PreNorm` input."
-        if isinstance(x, PreNorm): return x.linear(self.weight, self.bias)
+    def forward(self, x: Tensor, act: str | None = None) -> Tensor:
+        "`act(x) Wᵀ + b` (`act`: a kernel-table op such as \"silu_and_mul\", which a backend may fuse into the product)."
         return ops.linear(x, self.weight, self.bias, act=act)  # the table's product: a backend may stream one row itself
 
 # %% ../nbs/05_linear.ipynb #c009
@@ -148,7 +121,7 @@ class RowParallelLinear(LinearBase):
         super().__init__(divide(in_features, tp.size), out_features, bias, 1, tp)
         self.reduce_results = reduce_results
 
-    def forward(self, x: Tensor, act: nn.Module | None = None) -> Tensor:
+    def forward(self, x: Tensor, act: str | None = None) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
         if not self.reduce_results or self.tp.size == 1 or x.dtype == torch.float32:
             y = ops.linear(x, self.weight, bias, act=act)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
 from .kernels import Ops, RMSNorm, RotaryEmbedding, rope_inv_freq, rms_norm_ref
-from .linear import PreNorm, ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear
+from .linear import ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .attention import AttentionMetadata, gather_kv
 
 # %% auto #0
@@ -151,14 +151,14 @@ class MLA(nn.Module):
         H = self.kv_b_proj.weight.shape[0] // (self.dn + self.dv)  # local heads
         self.attn = LatentAttention(H, self.r, self.dr, mla_softmax_scale(self.dn + self.dr, cfg.rope_scaling))
 
-    def project(self, x: Tensor | PreNorm) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         "The queries' two parts `[T, H, dn]`, `[T, H, dr]` and the latent's, `c` `[T, r]` and `k_pe` `[T, dr]` (rope not applied yet)."
         q, latent = self.q_kv_a_proj(x).split(self.q_kv_a_proj.output_sizes, -1)
         if self.q_lora_rank is not None: q = self.q_b_proj(self.q_a_layernorm(q))
-        q_nope, q_pe = q.view(len(q), -1, self.dn + self.dr).split([self.dn, self.dr], -1)
+        q_nope, q_pe = q.view(len(x), -1, self.dn + self.dr).split([self.dn, self.dr], -1)
         return q_nope, q_pe, *latent.split([self.r, self.dr], -1)
 
-    def forward(self, positions: Tensor, x: Tensor | PreNorm, meta: AttentionMetadata) -> Tensor:
+    def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata) -> Tensor:
         q_nope, q_pe, c, k_pe = self.project(x)
         q_pe, k_pe = self.rotary_emb(positions, q_pe, k_pe.unsqueeze(1))
         norm = (self.kv_a_layernorm.weight, self.kv_a_layernorm.eps)      # applied as the latent [c | k_pe] is stored

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import ParallelInfo, get_tp
-from .kernels import Ops, SiluAndMul, silu_and_mul_ref
-from .linear import PreNorm, MergedColumnParallelLinear, RowParallelLinear, default_weight_loader, divide, take
+from .kernels import Ops, silu_and_mul_ref
+from .linear import MergedColumnParallelLinear, RowParallelLinear, default_weight_loader, divide, take
 
 # %% auto #0
 __all__ = ['moe_ops', 'DeepseekMLP', 'grouped_topk', 'select_experts', 'router_logits', 'MoEGate', 'is_moe_layer', 'FusedMoE',
@@ -23,10 +23,9 @@ class DeepseekMLP(nn.Module):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, reduce_results=reduce_results)
-        self.act = SiluAndMul()
 
-    def forward(self, x: Tensor | PreNorm) -> Tensor:
-        return self.down_proj(self.gate_up_proj(x), act=self.act)
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.gate_up_proj(x), act="silu_and_mul")
 
 # %% ../nbs/09b_moe.ipynb #c008
 def grouped_topk(choice: Tensor, k: int, n_group: int, topk_group: int, group_score: str) -> Tensor:
@@ -165,7 +164,6 @@ class DeepseekMoE(nn.Module):
         self.shared_experts = (DeepseekMLP(cfg.hidden_size, h["moe_intermediate_size"] * n_shared, reduce_results=False)
                                if n_shared else None)
 
-    def forward(self, x: Tensor | PreNorm) -> Tensor:
-        if isinstance(x, PreNorm): x = x.tensor()   # the router, the shared and the routed experts all read it
+    def forward(self, x: Tensor) -> Tensor:
         shared = None if self.shared_experts is None else self.shared_experts(x)
         return self.experts.tp.all_reduce(self.experts(x, *self.gate(x), add=shared))

@@ -8,8 +8,8 @@ import torch
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import get_tp
-from .kernels import RMSNorm, RotaryEmbedding, SiluAndMul
-from .linear import PreNorm, QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
+from .kernels import RMSNorm, RotaryEmbedding
+from .linear import QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .embedding import VocabParallelEmbedding, ParallelLMHead
 from .attention import Attention, AttentionMetadata
 
@@ -31,7 +31,7 @@ class QwenAttention(nn.Module):
         self.rotary_emb = rotary
         self.attn = Attention(H, Hk, D, scale=D ** -0.5)
 
-    def forward(self, positions: Tensor, x: Tensor | PreNorm, meta: AttentionMetadata) -> Tensor:
+    def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata) -> Tensor:
         D = self.attn.head_dim
         q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
         q, k, v = q.view(-1, self.attn.num_heads, D), k.view(-1, self.attn.num_kv_heads, D), v.view(-1, self.attn.num_kv_heads, D)
@@ -45,10 +45,9 @@ class QwenMLP(nn.Module):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2)
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
-        self.act = SiluAndMul()
 
-    def forward(self, x: Tensor | PreNorm) -> Tensor:
-        return self.down_proj(self.gate_up_proj(x), act=self.act)  # a backend may fuse the activation into it
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.gate_up_proj(x), act="silu_and_mul")  # a backend may fuse the activation into it
 
 # %% ../nbs/09_qwen.ipynb #c007
 class DecoderLayer(nn.Module):
@@ -60,11 +59,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
 
     def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
-        "`x`: the last block's output, not yet in the `residual` stream (the first layer's: the embedding, and None)."
-        pre = PreNorm(self.input_layernorm, x, residual)       # computed by the attention's first projection
-        x = self.self_attn(positions, pre, meta)
-        pre = PreNorm(self.post_attention_layernorm, x, pre.stream)
-        return self.mlp(pre), pre.stream
+        x, residual = (self.input_layernorm(x), x) if residual is None else self.input_layernorm(x, residual)
+        x, residual = self.post_attention_layernorm(self.self_attn(positions, x, meta), residual)
+        return self.mlp(x), residual
 
 class QwenDecoderLayer(DecoderLayer):
     def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):

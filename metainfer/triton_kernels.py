@@ -6,8 +6,8 @@
 from __future__ import annotations
 import functools, os
 import torch
-from torch import nn, Tensor
-from .kernels import linear_ref, RMSNorm, SiluAndMul
+from torch import Tensor
+from .kernels import linear_ref
 try:
     import triton
     import triton.language as tl
@@ -199,47 +199,24 @@ def silu_and_mul(x: Tensor) -> Tensor:
 
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
-def _stream_chunk(x_ptr, res_ptr, kk, K, HAS_RES: tl.constexpr):
-    "Columns `kk` of `x + residual` (just `x` without one), rounded to `x`'s dtype as the add rounds it."
-    x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
-    if HAS_RES: x = (x.to(tl.float32) + tl.load(res_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)).to(x.dtype)
-    return x
-
-@jit
-def _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, SILU_MUL: tl.constexpr, NORM: tl.constexpr,
-                HAS_RES: tl.constexpr):
-    "Columns `kk` of the GEMV's input row, in float32: `x`, `silu(gate) * up` of `x = [gate | up]`, or RMSNorm."
+def _gemv_input(x_ptr, kk, K, SILU_MUL: tl.constexpr):
+    "Columns `kk` of the GEMV's input row, in float32: `x`, or `silu(gate) * up` of `x = [gate | up]`."
     if SILU_MUL: return _silu_mul(x_ptr, kk, kk < K, K).to(tl.float32)
-    elif NORM:  # as the norm kernel: normalized and rounded, times the weight and rounded again
-        h = _stream_chunk(x_ptr, res_ptr, kk, K, HAS_RES)
-        w = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-        return ((h.to(tl.float32) * rstd).to(h.dtype).to(tl.float32) * w).to(h.dtype).to(tl.float32)
     else: return tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
 
 @jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, stream_ptr, N, K, stride_wn, eps,
-                 HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr, HAS_RES: tl.constexpr,
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     w = tl.load(rows + k[None, :], mask=(n < N)[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
     pdl_sync(PDL)
-    rstd = 0.0
-    if NORM:  # the row's statistic first; program 0 also writes the new residual stream
-        squares = tl.zeros([BLOCK_K], tl.float32)
-        for c in range(0, tl.cdiv(K, BLOCK_K)):
-            kk = c * BLOCK_K + k
-            h = _stream_chunk(x_ptr, res_ptr, kk, K, HAS_RES)
-            if HAS_RES:
-                if tl.program_id(0) == 0: tl.store(stream_ptr + kk, h, mask=kk < K)
-            squares += h.to(tl.float32) * h.to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, 0) / K + eps)
-    acc = tl.sum(w.to(tl.float32) * _gemv_input(x_ptr, res_ptr, nw_ptr, k, K, rstd, SILU_MUL, NORM, HAS_RES)[None, :], 1)
+    acc = tl.sum(w.to(tl.float32) * _gemv_input(x_ptr, k, K, SILU_MUL)[None, :], 1)
     for c in range(1, tl.cdiv(K, BLOCK_K)):
         kk = c * BLOCK_K + k
         w = tl.load(rows + kk[None, :], mask=(n < N)[:, None] & (kk < K)[None, :], other=0.0)
-        acc += tl.sum(w.to(tl.float32) * _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, SILU_MUL, NORM, HAS_RES)[None, :], 1)
+        acc += tl.sum(w.to(tl.float32) * _gemv_input(x_ptr, kk, K, SILU_MUL)[None, :], 1)
     if HAS_BIAS: acc += tl.load(b_ptr + n, mask=n < N, other=0.0).to(tl.float32)
     tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
 
@@ -248,38 +225,31 @@ def num_sms(device: torch.device) -> int:
     "Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling decisions too)."
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
-def gemv(x: Tensor,                    # [..., K] holding one row ([..., 2K] with `SiluAndMul`)
+def gemv(x: Tensor,                    # [..., K] holding one row ([..., 2K] with `act`)
          weight: Tensor,               # [N, K], contiguous rows; read before the wait, so no kernel may write it
          bias: Tensor | None = None,   # [N]
          out_dtype: torch.dtype | None = None,
-         act: nn.Module | None = None,     # SiluAndMul(), or an RMSNorm (its weight in x's dtype)
-         residual: Tensor | None = None,   # like x, with a norm: the input is norm(x + residual)
-         ) -> Tensor | tuple[Tensor, Tensor]:
-    "`act(x) Wᵀ + b` for a single row, streamed by the GEMV kernel: `[..., N]`, and `x + residual` if given one."
-    silu, norm = isinstance(act, SiluAndMul), isinstance(act, RMSNorm)
-    if act is not None and not (silu or norm): raise ValueError(f"gemv computes no input {type(act).__name__}")
-    if residual is not None and not norm: raise ValueError("a residual comes with a norm")
+         act: str | None = None) -> Tensor:  # "silu_and_mul": the input row is `silu_and_mul(x)`
+    "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
+    if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no input activation {act!r}")
     width, N = x.shape[-1], weight.shape[0]
-    K = width // 2 if silu else width
+    K = width // 2 if act else width
     assert x.numel() == width and K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
     x1 = x.reshape(width).contiguous()
     out = torch.empty(*x.shape[:-1], N, dtype=out_dtype or x.dtype, device=x.device)
-    stream = None if residual is None else torch.empty_like(x1)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4
-    _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](
-        x1, weight, bias, out, residual if residual is None else residual.reshape(width).contiguous(),
-        act.weight if norm else None, stream, N, K, weight.stride(0), act.eps if norm else 0.0,
-        HAS_BIAS=bias is not None, SILU_MUL=silu, NORM=norm, HAS_RES=residual is not None, BLOCK_N=BLOCK_N,
-        BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
-    return out if residual is None else (out, stream.view(x.shape))
+    _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
+                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N,
+                                             BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(), launch_pdl=pdl(),
+                                             num_warps=4, num_stages=3)
+    return out
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
-           act: nn.Module | None = None, residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+           act: str | None = None) -> Tensor:
     "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`, `act` included."
-    fusable = act is None or isinstance(act, SiluAndMul) or (isinstance(act, RMSNorm) and act.weight.dtype == x.dtype)
-    if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype and fusable:
-        return gemv(x, weight, bias, out_dtype, act, residual)
-    return linear_ref(x, weight, bias, out_dtype, act, residual)
+    if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype:
+        return gemv(x, weight, bias, out_dtype, act)
+    return linear_ref(x, weight, bias, out_dtype, act)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
 class TritonKernels:
