@@ -52,9 +52,8 @@ class LinearBase(nn.Module):
         size = param.shape[self.tp_dim]
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
 
-    def forward(self, x: Tensor, act: str | None = None) -> Tensor:
-        "`act(x) Wᵀ + b` (`act`: a kernel-table op such as \"silu_and_mul\", which a backend may fuse into the product)."
-        return ops.linear(x, self.weight, self.bias, act=act)  # the table's product: a backend may stream one row itself
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.linear(x, self.weight, self.bias)  # the kernel table's product: a backend may stream one row itself
 
 # %% ../nbs/05_linear.ipynb #c009
 class ReplicatedLinear(LinearBase):
@@ -121,11 +120,11 @@ class RowParallelLinear(LinearBase):
         super().__init__(divide(in_features, tp.size), out_features, bias, 1, tp)
         self.reduce_results = reduce_results
 
-    def forward(self, x: Tensor, act: str | None = None) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
         if not self.reduce_results or self.tp.size == 1 or x.dtype == torch.float32:
-            y = ops.linear(x, self.weight, bias, act=act)
+            y = ops.linear(x, self.weight, bias)
             return self.tp.all_reduce(y) if self.reduce_results else y
         # half precision: sum the partial products in float32 before rounding, so each output is rounded once, as
         # TP=1's single GEMM rounds it
-        return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=torch.float32, act=act)).to(x.dtype)
+        return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=torch.float32)).to(x.dtype)

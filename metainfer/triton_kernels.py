@@ -171,20 +171,16 @@ def rotary(q: Tensor,              # [T, H, D]
 
 # %% ../nbs/03a_triton_kernels.ipynb #c023
 @jit
-def _silu_mul(x_ptr, cols, mask, I):
-    "`silu(gate) * up` of the columns `cols` of one row `x = [gate | up]`, in its dtype."
-    gate = tl.load(x_ptr + cols, mask=mask, other=0.0)
-    up = tl.load(x_ptr + I + cols, mask=mask, other=0.0).to(tl.float32)
-    g = gate.to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
-    return (act * up).to(gate.dtype)
-
-@jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     pdl_sync(PDL)
-    tl.store(out_ptr + t * I + cols, _silu_mul(x_ptr + t * stride_x, cols, cols < I, I), mask=cols < I)
+    mask = cols < I
+    gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0)
+    up = tl.load(x_ptr + t * stride_x + I + cols, mask=mask, other=0.0).to(tl.float32)
+    g = gate.to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
+    tl.store(out_ptr + t * I + cols, (act * up).to(gate.dtype), mask=mask)
 
 def silu_and_mul(x: Tensor) -> Tensor:
     "`[..., 2I] -> [..., I]`: `silu(x[..., :I]) * x[..., I:]`."
@@ -199,24 +195,20 @@ def silu_and_mul(x: Tensor) -> Tensor:
 
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
-def _gemv_input(x_ptr, kk, K, SILU_MUL: tl.constexpr):
-    "Columns `kk` of the GEMV's input row, in float32: `x`, or `silu(gate) * up` of `x = [gate | up]`."
-    if SILU_MUL: return _silu_mul(x_ptr, kk, kk < K, K).to(tl.float32)
-    else: return tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-
-@jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     w = tl.load(rows + k[None, :], mask=(n < N)[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
     pdl_sync(PDL)
-    acc = tl.sum(w.to(tl.float32) * _gemv_input(x_ptr, k, K, SILU_MUL)[None, :], 1)
+    x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     for c in range(1, tl.cdiv(K, BLOCK_K)):
         kk = c * BLOCK_K + k
         w = tl.load(rows + kk[None, :], mask=(n < N)[:, None] & (kk < K)[None, :], other=0.0)
-        acc += tl.sum(w.to(tl.float32) * _gemv_input(x_ptr, kk, K, SILU_MUL)[None, :], 1)
+        x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
+        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     if HAS_BIAS: acc += tl.load(b_ptr + n, mask=n < N, other=0.0).to(tl.float32)
     tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
 
@@ -225,31 +217,26 @@ def num_sms(device: torch.device) -> int:
     "Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling decisions too)."
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 8
 
-def gemv(x: Tensor,                    # [..., K] holding one row ([..., 2K] with `act`)
+def gemv(x: Tensor,                    # [..., K] holding one row
          weight: Tensor,               # [N, K], contiguous rows; read before the wait, so no kernel may write it
          bias: Tensor | None = None,   # [N]
-         out_dtype: torch.dtype | None = None,
-         act: str | None = None) -> Tensor:  # "silu_and_mul": the input row is `silu_and_mul(x)`
+         out_dtype: torch.dtype | None = None) -> Tensor:
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
-    if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no input activation {act!r}")
-    width, N = x.shape[-1], weight.shape[0]
-    K = width // 2 if act else width
-    assert x.numel() == width and K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
-    x1 = x.reshape(width).contiguous()
+    K, N = x.shape[-1], weight.shape[0]
+    assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
+    x1 = x.reshape(K).contiguous()
     out = torch.empty(*x.shape[:-1], N, dtype=out_dtype or x.dtype, device=x.device)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
-                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N,
-                                             BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(), launch_pdl=pdl(),
-                                             num_warps=4, num_stages=3)
+                                             BLOCK_N=BLOCK_N, BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(),
+                                             launch_pdl=pdl(), num_warps=4, num_stages=3)
     return out
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
-           act: str | None = None) -> Tensor:
-    "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`, `act` included."
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
+    "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`."
     if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype:
-        return gemv(x, weight, bias, out_dtype, act)
-    return linear_ref(x, weight, bias, out_dtype, act)
+        return gemv(x, weight, bias, out_dtype)
+    return linear_ref(x, weight, bias, out_dtype)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
 class TritonKernels:
