@@ -234,6 +234,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ct
             kw = tl.load(kw_ptr + d, mask=d < HEAD_DIM, other=0.0).to(tl.float32)
             kw_pair = tl.load(kw_ptr + pair, mask=pair < HEAD_DIM, other=0.0).to(tl.float32)
     pdl_sync(PDL)
+    if start >= ctx: return                            # a piece past the context (after the wait: see pdl_sync)
     if ROPE:
         q = _normed_rotated(q_ptr + seq * stride_qb, head * stride_qh, mask, d, pair, cos, sin, qw, qw_pair, eps,
                             HEAD_DIM, QK_NORM)
@@ -271,9 +272,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ct
         tl.store(part_l_ptr + row + split, l, mask=g < GROUP)
         tl.debug_barrier()                             # every thread's stores issued before the count says so
         counter = count_ptr + seq * n_kv_heads + kv_head
-        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:   # the last piece to finish
-            _merge_pieces(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr + seq * stride_ob, row,
-                          tl.cdiv(ctx, split_len), head, g, d, stride_oh, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, 8)
+        used = tl.cdiv(ctx, split_len)                 # the pieces that hold tokens (the others returned)
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == used - 1:   # the last piece to finish
+            _merge_pieces(part_acc_ptr, part_m_ptr, part_l_ptr, out_ptr + seq * stride_ob, row, used, head, g, d,
+                          stride_oh, GROUP, HEAD_DIM, BLOCK_G, BLOCK_D, BLOCK_S, 8)
             tl.store(counter, 0)                       # ready for the next step
 
 # %% ../nbs/07a_triton_attention.ipynb #c024
