@@ -284,6 +284,12 @@ def stage_decode_tiles():
     keep()
 
 
+def stage_decode_chain():
+    "Paged decode's cost a layer inside a B=1 chain of QKV GEMV -> decode -> O GEMV, for each launch option."
+    sh(f"{PY} tools/decode_chain.py --out {RES}/decode-chain-h200.json", 300)
+    keep()
+
+
 def stage_deepseek_throughput():
     bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} --name throughput-dsv2lite --profile", 200)
 
