@@ -35,7 +35,7 @@ class QwenAttention(nn.Module):
         D = self.attn.head_dim
         q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
         q, k, v = q.view(-1, self.attn.num_heads, D), k.view(-1, self.attn.num_kv_heads, D), v.view(-1, self.attn.num_kv_heads, D)
-        rope = self.rotary_emb.at(positions, self.q_norm, self.k_norm)  # Qwen3: per-head RMSNorm first, same kernel
+        rope = self.rotary_emb.at(positions, self.q_norm, self.k_norm)  # Qwen3: per-head RMSNorm first; applied by attention
         return self.o_proj(self.attn(q, k, v, meta, rope).flatten(1))
 
 # %% ../nbs/09_qwen.ipynb #c005
