@@ -8,7 +8,9 @@ nor the O GEMV's wait after it. Here each candidate runs where the engine runs i
 (`triton.testing.do_bench_cudagraph`), against the same chain without the decode (the O GEMV reads the QKV output
 directly). `(chain - baseline) / 36` is the decode's cost a layer. Candidates: pieces per context (`num_splits`; the
 engine's is `decode_splits(1, 8, 4096)` = 16 at `max_model_len` 4096), `block_n`, `num_warps`. Each candidate's
-output is checked against the engine's default; the JSON lists every timing and the exact command.
+relative difference from the default's output is recorded: other piece lengths sum in another order, and after 36
+layers without norms that grows to a few per cent (run27: 3.6e-2), so `best` (within 1e-2) is only the default's
+own piece layouts; the printout ranks all. The JSON lists every timing and the exact command.
 """
 import argparse, itertools, json, sys, time
 import torch
