@@ -57,8 +57,10 @@ def silu_and_mul_ref(x: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 # %% ../nbs/03_kernels.ipynb #0370ef1b
-def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
-    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32."
+def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
+               act: str | None = None) -> Tensor:
+    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32; `act`: an op of the table applied to it."
+    if act is not None: return getattr(ops, act)(linear_ref(x, weight, bias, out_dtype))
     if out_dtype in (None, x.dtype): return F.linear(x, weight, bias)
     if x.is_cuda: y = torch.mm(x.reshape(-1, x.shape[-1]), weight.t(), out_dtype=out_dtype).view(*x.shape[:-1], -1)
     else: y = F.linear(x.to(out_dtype), weight.to(out_dtype))

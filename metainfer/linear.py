@@ -52,8 +52,9 @@ class LinearBase(nn.Module):
         size = param.shape[self.tp_dim]
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return ops.linear(x, self.weight, self.bias)  # the kernel table's product: a backend may stream one row itself
+    def forward(self, x: Tensor, act: str | None = None) -> Tensor:
+        "`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product)."
+        return ops.linear(x, self.weight, self.bias, act=act)  # the table's product: a backend may stream one row itself
 
 # %% ../nbs/05_linear.ipynb #c009
 class ReplicatedLinear(LinearBase):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import ParallelInfo, get_tp
-from .kernels import Ops, ops, silu_and_mul_ref
+from .kernels import Ops, silu_and_mul_ref
 from .linear import MergedColumnParallelLinear, RowParallelLinear, default_weight_loader, divide, take
 
 # %% auto #0
@@ -25,7 +25,7 @@ class DeepseekMLP(nn.Module):
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, reduce_results=reduce_results)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))
 
 # %% ../nbs/09b_moe.ipynb #c008
 def grouped_topk(choice: Tensor, k: int, n_group: int, topk_group: int, group_score: str) -> Tensor:

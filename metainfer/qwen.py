@@ -8,7 +8,7 @@ import torch
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import get_tp
-from .kernels import RMSNorm, RotaryEmbedding, ops
+from .kernels import RMSNorm, RotaryEmbedding
 from .linear import QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .embedding import VocabParallelEmbedding, ParallelLMHead
 from .attention import Attention, AttentionMetadata
@@ -47,7 +47,7 @@ class QwenMLP(nn.Module):
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))  # a backend may fuse the activation in
 
 # %% ../nbs/09_qwen.ipynb #c007
 class DecoderLayer(nn.Module):

@@ -195,22 +195,33 @@ def silu_and_mul(x: Tensor) -> Tensor:
 
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    i = tl.arange(0, BLOCK_N)
+    if SILU_MUL:  # rows [gate | up]: this program's BLOCK_N / 2 outputs, each as a (gate row, up row) pair
+        col = tl.program_id(0) * (BLOCK_N // 2) + i // 2
+        n, valid = col + (i % 2) * (N // 2), col < N // 2
+    else: n = tl.program_id(0) * BLOCK_N + i; valid = n < N
     k = tl.arange(0, BLOCK_K)
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
-    w = tl.load(rows + k[None, :], mask=(n < N)[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
+    w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
     pdl_sync(PDL)
     x = tl.load(x_ptr + k, mask=k < K, other=0.0)
     acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     for c in range(1, tl.cdiv(K, BLOCK_K)):
         kk = c * BLOCK_K + k
-        w = tl.load(rows + kk[None, :], mask=(n < N)[:, None] & (kk < K)[None, :], other=0.0)
+        w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
         x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
         acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
-    if HAS_BIAS: acc += tl.load(b_ptr + n, mask=n < N, other=0.0).to(tl.float32)
-    tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+    if HAS_BIAS: acc += tl.load(b_ptr + n, mask=valid, other=0.0).to(tl.float32)
+    y = acc.to(out_ptr.dtype.element_ty)
+    if SILU_MUL:  # as the activation kernel computes it from this GEMV's rounded output
+        gate, up = tl.split(tl.reshape(y, [BLOCK_N // 2, 2]))
+        g = gate.to(tl.float32)
+        act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
+        out = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        tl.store(out_ptr + out, (act * up.to(tl.float32)).to(gate.dtype), mask=out < N // 2)
+    else: tl.store(out_ptr + n, y, mask=valid)
 
 @functools.cache
 def num_sms(device: torch.device) -> int:
@@ -220,23 +231,28 @@ def num_sms(device: torch.device) -> int:
 def gemv(x: Tensor,                    # [..., K] holding one row
          weight: Tensor,               # [N, K], contiguous rows; read before the wait, so no kernel may write it
          bias: Tensor | None = None,   # [N]
-         out_dtype: torch.dtype | None = None) -> Tensor:
+         out_dtype: torch.dtype | None = None,
+         act: str | None = None) -> Tensor:  # "silu_and_mul": the output is silu_and_mul of the product, [..., N / 2]
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
+    if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
     assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
+    assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "[gate | up] rows, out in the input's dtype"
     x1 = x.reshape(K).contiguous()
-    out = torch.empty(*x.shape[:-1], N, dtype=out_dtype or x.dtype, device=x.device)
-    BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4
+    out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
+    BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4  # with act too: a row sums in the same order
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
-                                             BLOCK_N=BLOCK_N, BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(),
-                                             launch_pdl=pdl(), num_warps=4, num_stages=3)
+                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N,
+                                             BLOCK_K=min(1024, triton.next_power_of_2(K)), PDL=pdl(), launch_pdl=pdl(),
+                                             num_warps=4, num_stages=3)
     return out
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
-    "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`."
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
+           act: str | None = None) -> Tensor:
+    "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`, `act` included."
     if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype:
-        return gemv(x, weight, bias, out_dtype)
-    return linear_ref(x, weight, bias, out_dtype)
+        return gemv(x, weight, bias, out_dtype, act)
+    return linear_ref(x, weight, bias, out_dtype, act)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
 class TritonKernels:
