@@ -4,7 +4,7 @@ Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
-agreement-b16, launch-overhead, pdl-probe, decode-chain; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
+agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, latency-no-prefetch, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
 (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
@@ -151,6 +151,22 @@ def stage_throughput():
     bench(f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b --profile", 120)
 
 
+def stage_throughput_ab():
+    """Stage throughput with each older package under `.ab/REV/metainfer` (carried; made by
+    `git archive REV metainfer | tar -x -C .ab/REV`), in the same call as the current one, so both see the same GPU."""
+    for old in sorted(Path(".ab").glob("*/metainfer")):  # run from there: `python -m` puts the cwd first on sys.path
+        sh(f"cd {old.parent} && {PY} -m metainfer bench throughput {checkpoint('Qwen3-8B')} "
+           f"--name throughput-qwen3-8b-at-{old.parent.name} --profile{BENCH_FLAGS} --out {RES.resolve()}", 120)
+    keep()
+
+
+def stage_latency_no_prefetch():
+    "B=1 decode with graphs without the GEMV's L2 prefetch (`METAINFER_L2_PREFETCH=0`), beside stage latency-peers."
+    os.environ["METAINFER_L2_PREFETCH"] = "0"
+    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-graphs-prefetch-0 --profile", 120)
+    os.environ.pop("METAINFER_L2_PREFETCH")
+
+
 def stage_tp2():
     "TP=2 with CUDA graphs: agreement with TP=1 (`tp1_reference`), then B=1 speed."
     m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
@@ -281,6 +297,12 @@ def stage_pdl_probe():
 
 def stage_decode_tiles():
     sh(f"{PY} tools/decode_tiles.py --out {RES}/decode-tiles-h200.json", 300)
+    keep()
+
+
+def stage_step_chain():
+    "A B=1 Qwen3-8B step of the package's kernels (random weights, no engine), per launch option."
+    sh(f"{PY} tools/step_chain.py --out {RES}/step-chain-h200.json", 200)
     keep()
 
 

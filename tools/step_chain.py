@@ -1,0 +1,88 @@
+"""A batch-1 Qwen3-8B decode step built from the package's own kernels, timed per launch option (GPU).
+
+Usage (GPU):  python tools/step_chain.py --out results/step-chain-h200.json
+Why: the engine's B=1 figure (`metainfer bench latency`) needs a checkpoint, a load and a graph capture for every
+option tried (about a minute each). This chain is the step's kernel sequence without the engine: 36 layers of
+distinct random weights at Qwen3-8B's shapes, each `add_rms_norm -> QKV GEMV -> paged decode (q/k norms and rotary
+inside, 384 tokens of context) -> O GEMV -> add_rms_norm -> gate-up GEMV with the activation -> down GEMV`, then the
+final norm and the LM head, captured in one CUDA graph (`triton.testing.do_bench_cudagraph`). Each option is an
+environment switch the package reads (`METAINFER_PDL`, `METAINFER_L2_PREFETCH`); every option must give the first
+one's output bit for bit (none changes arithmetic). The weight bytes over the copy bandwidth measured in the same
+run is the step's roofline. The JSON has the ms a step, tok/s, the weights' TB/s and the share of the roofline.
+"""
+import argparse, json, os, sys, time
+import torch
+from triton.testing import do_bench_cudagraph
+from metainfer.attention import make_metadata
+from metainfer.kernels import Rope, RotaryEmbedding
+from metainfer.triton_attention import paged_decode
+from metainfer.triton_kernels import add_rms_norm, linear, pdl, l2_prefetch
+
+LAYERS, HIDDEN, H, HK, D, I, VOCAB, PAGE = 36, 4096, 32, 8, 128, 12288, 151936, 16   # Qwen3-8B; KV block size
+DEV, BF, EPS = "cuda", torch.bfloat16, 1e-6
+OPTIONS = {  # name: environment
+    "pdl, L2 prefetch every 32 B (default)": {},
+    "pdl, L2 prefetch every 128 B": {"METAINFER_L2_PREFETCH": "128"},
+    "pdl, no L2 prefetch": {"METAINFER_L2_PREFETCH": "0"},
+    "no pdl": {"METAINFER_PDL": "0"},
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(); p.add_argument("--out", required=True)
+    p.add_argument("--context", type=int, default=384); p.add_argument("--layers", type=int, default=LAYERS)
+    args = p.parse_args()
+    g = torch.Generator(DEV).manual_seed(0)
+    rnd = lambda *s: (torch.randn(*s, generator=g, device=DEV) / s[-1] ** .5).to(BF)
+    ones = lambda n: (1 + 0.1 * torch.randn(n, generator=g, device=DEV)).to(BF)
+    blocks = -(-args.context // PAGE)
+    layers = [dict(norm1=ones(HIDDEN), qkv=rnd((H + 2 * HK) * D, HIDDEN), q_norm=ones(D), k_norm=ones(D),
+                   o=rnd(HIDDEN, H * D), norm2=ones(HIDDEN), gate_up=rnd(2 * I, HIDDEN), down=rnd(HIDDEN, I),
+                   kc=rnd(blocks, PAGE, HK, D), vc=rnd(blocks, PAGE, HK, D)) for _ in range(args.layers)]
+    final, lm_head = ones(HIDDEN), rnd(VOCAB, HIDDEN)
+    weight_bytes = sum(L[k].numel() * 2 for L in layers for k in ("qkv", "o", "gate_up", "down")) + lm_head.numel() * 2
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=DEV); dst = torch.empty_like(src)
+    copy_Bps = 2 * src.numel() / (do_bench_cudagraph(lambda: dst.copy_(src), rep=200) * 1e-3)
+    del src, dst
+    positions, meta = make_metadata([list(range(blocks))], [args.context], [1], PAGE, False, DEV)
+    meta.max_seqlen_k = 4096  # the bench's max_model_len, which sets decode's pieces a context
+    rot = RotaryEmbedding(D, 40960, 1e6).to(DEV)
+    x0, res0 = rnd(1, HIDDEN), rnd(1, HIDDEN)
+
+    def step() -> torch.Tensor:
+        x, res = x0, res0.clone()
+        for L in layers:
+            h, res = add_rms_norm(x, res, L["norm1"], EPS)
+            qkv = linear(h, L["qkv"])
+            q, k, v = (t.reshape(1, -1, D) for t in qkv.split([H * D, HK * D, HK * D], -1))
+            rope = Rope(positions, rot.cos_sin_cache, True, L["q_norm"], L["k_norm"], EPS)
+            x = linear(paged_decode(q, k, v, L["kc"], L["vc"], meta, D ** -0.5, rope).flatten(1), L["o"])
+            h, res = add_rms_norm(x, res, L["norm2"], EPS)
+            x = linear(linear(h, L["gate_up"], act="silu_and_mul"), L["down"])
+        return linear(add_rms_norm(x, res, final, EPS)[0], lm_head)
+
+    res = {"command": " ".join(["python", *sys.argv]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "device": torch.cuda.get_device_name(), "layers": args.layers, "context": args.context,
+           "weight_bytes": weight_bytes, "copy_Bps": copy_Bps, "roofline_ms": weight_bytes / copy_Bps * 1e3,
+           "options": {}}
+    first = None
+    for name, env in OPTIONS.items():
+        os.environ.update(env); pdl.cache_clear(); l2_prefetch.cache_clear()
+        try:
+            out = step()
+            first = out if first is None else first
+            ms = do_bench_cudagraph(step, rep=300)
+            res["options"][name] = {"env": env, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
+                                    "of_roofline": res["roofline_ms"] / ms, "same_output": torch.equal(out, first)}
+        except Exception as e:  # recorded, not raised: the other options still run
+            res["options"][name] = f"{type(e).__name__}: {e}"[:400]
+        finally:
+            for k in env: del os.environ[k]
+            pdl.cache_clear(); l2_prefetch.cache_clear()
+        print(f"{name:40s} {res['options'][name]}", flush=True)
+    print(f"roofline {res['roofline_ms']:.3f} ms ({copy_Bps / 1e12:.2f} TB/s copy)")
+    with open(args.out, "w") as f: json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
