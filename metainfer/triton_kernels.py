@@ -42,12 +42,11 @@ def pdl() -> bool:
 
 @functools.cache
 def l2_prefetch() -> int:
-    """Bytes between the L2 prefetches a GEMV program issues for its weight rows before its PDL wait; 0: none.
-    `METAINFER_L2_PREFETCH` (default 32, a sector); only with PDL, where the kernel before is still running."""
-    step = int(os.environ.get("METAINFER_L2_PREFETCH", "32"))
-    if step and (step < 4 or step & (step - 1) or step > 1024):
-        raise ValueError(f"METAINFER_L2_PREFETCH={step}: 0, or a power of two from 4 to 1024 bytes")
-    return step if pdl() else 0
+    """How many `BLOCK_K` chunks of its weight rows past the first a GEMV program asks L2 for before its PDL wait:
+    `METAINFER_L2_PREFETCH` (default 1; 0: none). Only with PDL, where the kernel before is still running."""
+    chunks = int(os.environ.get("METAINFER_L2_PREFETCH", "1"))
+    if chunks < 0: raise ValueError(f"METAINFER_L2_PREFETCH={chunks}: a number of chunks, 0 or more")
+    return chunks if pdl() else 0
 
 @jit
 def prefetch_l2(ptrs):
@@ -210,7 +209,8 @@ def silu_and_mul(x: Tensor) -> Tensor:
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, SECTOR: tl.constexpr,
+                 PDL: tl.constexpr):
     i = tl.arange(0, BLOCK_N)
     if SILU_MUL:  # rows [gate | up]: this program's BLOCK_N / 2 outputs, each as a (gate row, up row) pair
         col = tl.program_id(0) * (BLOCK_N // 2) + i // 2
@@ -219,10 +219,11 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.con
     k = tl.arange(0, BLOCK_K)
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
-    if PREFETCH > 0:  # and the rest of the rows into L2, every PREFETCH elements (addresses clamped into the weight)
+    if PREFETCH > 0:  # and the next PREFETCH chunks into L2, a SECTOR of elements (32 bytes) apart, addresses clamped
         first = w_ptr + tl.minimum(n, N - 1)[:, None].to(tl.int64) * stride_wn
-        step = tl.arange(0, BLOCK_K // PREFETCH) * PREFETCH
-        for c in range(1, tl.cdiv(K, BLOCK_K)): prefetch_l2(first + tl.minimum(c * BLOCK_K + step, K - 1)[None, :])
+        sectors = tl.arange(0, BLOCK_K // SECTOR) * SECTOR
+        for c in range(1, tl.minimum(PREFETCH + 1, tl.cdiv(K, BLOCK_K))):
+            prefetch_l2(first + tl.minimum(c * BLOCK_K + sectors, K - 1)[None, :])
     pdl_sync(PDL)
     x = tl.load(x_ptr + k, mask=k < K, other=0.0)
     acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
@@ -260,10 +261,11 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4  # with act too: a row sums in the same order
     BLOCK_K = min(1024, triton.next_power_of_2(K))
-    PREFETCH = l2_prefetch() // weight.element_size() if K > BLOCK_K else 0  # elements; one chunk: nothing to ask
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
                                              SILU_MUL=act is not None, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                                             PREFETCH=PREFETCH, PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
+                                             PREFETCH=l2_prefetch() if K > BLOCK_K else 0,
+                                             SECTOR=32 // weight.element_size(), PDL=pdl(), launch_pdl=pdl(),
+                                             num_warps=4, num_stages=3)
     return out
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,

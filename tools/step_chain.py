@@ -6,8 +6,9 @@ option tried (about a minute each). This chain is the step's kernel sequence wit
 distinct random weights at Qwen3-8B's shapes, each `add_rms_norm -> QKV GEMV -> paged decode (q/k norms and rotary
 inside, 384 tokens of context) -> O GEMV -> add_rms_norm -> gate-up GEMV with the activation -> down GEMV`, then the
 final norm and the LM head, captured in one CUDA graph (`triton.testing.do_bench_cudagraph`). Each option is an
-environment switch the package reads (`METAINFER_PDL`, `METAINFER_L2_PREFETCH`); every option must give the first
-one's output bit for bit (none changes arithmetic). The weight bytes over the copy bandwidth measured in the same
+environment switch the package reads (`METAINFER_PDL`, `METAINFER_L2_PREFETCH`), or the MLP's activation in the
+gate-up GEMV's epilogue or as its own kernel; every option must give the first one's output bit for bit (none
+changes arithmetic). The weight bytes over the copy bandwidth measured in the same
 run is the step's roofline. The JSON has the ms a step, tok/s, the weights' TB/s and the share of the roofline.
 """
 import argparse, json, os, sys, time
@@ -16,15 +17,18 @@ from triton.testing import do_bench_cudagraph
 from metainfer.attention import make_metadata
 from metainfer.kernels import Rope, RotaryEmbedding
 from metainfer.triton_attention import paged_decode
-from metainfer.triton_kernels import add_rms_norm, linear, pdl, l2_prefetch
+from metainfer.bench import copy_bandwidth
+from metainfer.triton_kernels import add_rms_norm, linear, pdl, l2_prefetch, silu_and_mul
 
 LAYERS, HIDDEN, H, HK, D, I, VOCAB, PAGE = 36, 4096, 32, 8, 128, 12288, 151936, 16   # Qwen3-8B; KV block size
 DEV, BF, EPS = "cuda", torch.bfloat16, 1e-6
-OPTIONS = {  # name: environment
-    "pdl, L2 prefetch every 32 B (default)": {},
-    "pdl, L2 prefetch every 128 B": {"METAINFER_L2_PREFETCH": "128"},
-    "pdl, no L2 prefetch": {"METAINFER_L2_PREFETCH": "0"},
-    "no pdl": {"METAINFER_PDL": "0"},
+OPTIONS = {  # name: (environment, the activation inside the gate-up GEMV)
+    "activation in the GEMV, L2 prefetch 1 chunk (default)": ({}, True),
+    "activation in the GEMV, L2 prefetch 2 chunks": ({"METAINFER_L2_PREFETCH": "2"}, True),
+    "activation in the GEMV, no L2 prefetch": ({"METAINFER_L2_PREFETCH": "0"}, True),
+    "activation as a kernel, no L2 prefetch": ({"METAINFER_L2_PREFETCH": "0"}, False),
+    "activation as a kernel, L2 prefetch 1 chunk": ({}, False),
+    "no pdl": ({"METAINFER_PDL": "0"}, True),
 }
 
 
@@ -41,15 +45,13 @@ def main() -> None:
                    kc=rnd(blocks, PAGE, HK, D), vc=rnd(blocks, PAGE, HK, D)) for _ in range(args.layers)]
     final, lm_head = ones(HIDDEN), rnd(VOCAB, HIDDEN)
     weight_bytes = sum(L[k].numel() * 2 for L in layers for k in ("qkv", "o", "gate_up", "down")) + lm_head.numel() * 2
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=DEV); dst = torch.empty_like(src)
-    copy_Bps = 2 * src.numel() / (do_bench_cudagraph(lambda: dst.copy_(src), rep=200) * 1e-3)
-    del src, dst
+    copy_Bps = copy_bandwidth(torch.device(DEV))  # as the bench measures it
     positions, meta = make_metadata([list(range(blocks))], [args.context], [1], PAGE, False, DEV)
     meta.max_seqlen_k = 4096  # the bench's max_model_len, which sets decode's pieces a context
     rot = RotaryEmbedding(D, 40960, 1e6).to(DEV)
     x0, res0 = rnd(1, HIDDEN), rnd(1, HIDDEN)
 
-    def step() -> torch.Tensor:
+    def step(fused: bool) -> torch.Tensor:
         x, res = x0, res0.clone()
         for L in layers:
             h, res = add_rms_norm(x, res, L["norm1"], EPS)
@@ -58,7 +60,8 @@ def main() -> None:
             rope = Rope(positions, rot.cos_sin_cache, True, L["q_norm"], L["k_norm"], EPS)
             x = linear(paged_decode(q, k, v, L["kc"], L["vc"], meta, D ** -0.5, rope).flatten(1), L["o"])
             h, res = add_rms_norm(x, res, L["norm2"], EPS)
-            x = linear(linear(h, L["gate_up"], act="silu_and_mul"), L["down"])
+            act = linear(h, L["gate_up"], act="silu_and_mul") if fused else silu_and_mul(linear(h, L["gate_up"]))
+            x = linear(act, L["down"])
         return linear(add_rms_norm(x, res, final, EPS)[0], lm_head)
 
     res = {"command": " ".join(["python", *sys.argv]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -66,13 +69,13 @@ def main() -> None:
            "weight_bytes": weight_bytes, "copy_Bps": copy_Bps, "roofline_ms": weight_bytes / copy_Bps * 1e3,
            "options": {}}
     first = None
-    for name, env in OPTIONS.items():
+    for name, (env, fused) in OPTIONS.items():
         os.environ.update(env); pdl.cache_clear(); l2_prefetch.cache_clear()
         try:
-            out = step()
+            out = step(fused)
             first = out if first is None else first
-            ms = do_bench_cudagraph(step, rep=300)
-            res["options"][name] = {"env": env, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
+            ms = do_bench_cudagraph(lambda: step(fused), rep=300)
+            res["options"][name] = {"env": env, "activation_in_gemv": fused, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
                                     "of_roofline": res["roofline_ms"] / ms, "same_output": torch.equal(out, first)}
         except Exception as e:  # recorded, not raised: the other options still run
             res["options"][name] = f"{type(e).__name__}: {e}"[:400]
