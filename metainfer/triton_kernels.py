@@ -16,8 +16,8 @@ except ImportError:  # the module still imports without triton; `available()` th
 jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
-__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'l2_prefetch', 'prefetch_l2', 'pdl_sync', 'rms_norm',
-           'add_rms_norm', 'rotary', 'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
+__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'rotary',
+           'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -39,19 +39,6 @@ def pdl() -> bool:
     "Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled, `METAINFER_PDL` not `0`."
     return (triton is not None and not interpreting() and torch.cuda.is_available()
             and torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("METAINFER_PDL", "1") != "0")
-
-@functools.cache
-def l2_prefetch() -> int:
-    """How many `BLOCK_K` chunks of its weight rows past the first a GEMV program asks L2 for before its PDL wait:
-    `METAINFER_L2_PREFETCH` (default 1; 0: none). Only with PDL, where the kernel before is still running."""
-    chunks = int(os.environ.get("METAINFER_L2_PREFETCH", "1"))
-    if chunks < 0: raise ValueError(f"METAINFER_L2_PREFETCH={chunks}: a number of chunks, 0 or more")
-    return chunks if pdl() else 0
-
-@jit
-def prefetch_l2(ptrs):
-    "Ask L2 for the lines holding `ptrs`: a hint that returns nothing and writes nothing (compiled GPUs only)."
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1)
 
 @jit
 def pdl_sync(PDL: tl.constexpr):
@@ -209,21 +196,15 @@ def silu_and_mul(x: Tensor) -> Tensor:
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr, SECTOR: tl.constexpr,
-                 PDL: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     i = tl.arange(0, BLOCK_N)
-    if SILU_MUL:  # rows [gate | up]: this program's BLOCK_N / 2 outputs, each as a (gate row, up row) pair
+    if SILU_MUL == 1:  # rows [gate | up]: this program's BLOCK_N / 2 outputs, each as a (gate row, up row) pair
         col = tl.program_id(0) * (BLOCK_N // 2) + i // 2
         n, valid = col + (i % 2) * (N // 2), col < N // 2
     else: n = tl.program_id(0) * BLOCK_N + i; valid = n < N
     k = tl.arange(0, BLOCK_K)
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
-    if PREFETCH > 0:  # and the next PREFETCH chunks into L2, a SECTOR of elements (32 bytes) apart, addresses clamped
-        first = w_ptr + tl.minimum(n, N - 1)[:, None].to(tl.int64) * stride_wn
-        sectors = tl.arange(0, BLOCK_K // SECTOR) * SECTOR
-        for c in range(1, tl.minimum(PREFETCH + 1, tl.cdiv(K, BLOCK_K))):
-            prefetch_l2(first + tl.minimum(c * BLOCK_K + sectors, K - 1)[None, :])
     pdl_sync(PDL)
     x = tl.load(x_ptr + k, mask=k < K, other=0.0)
     acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
@@ -234,12 +215,12 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.con
         acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     if HAS_BIAS: acc += tl.load(b_ptr + n, mask=valid, other=0.0).to(tl.float32)
     y = acc.to(out_ptr.dtype.element_ty)
-    if SILU_MUL:  # as the activation kernel computes it from this GEMV's rounded output
+    if SILU_MUL > 0:  # (2: rows already interleaved, gate, up, gate, ...) as the activation kernel computes it
         gate, up = tl.split(tl.reshape(y, [BLOCK_N // 2, 2]))
         g = gate.to(tl.float32)
         act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
         out = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        tl.store(out_ptr + out, (act * up.to(tl.float32)).to(gate.dtype), mask=out < N // 2)
+        tl.store(out_ptr + out, (act * up.to(tl.float32)).to(gate.dtype), mask=out < N // 2)  # from the rounded product
     else: tl.store(out_ptr + n, y, mask=valid)
 
 @functools.cache
@@ -262,10 +243,8 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4  # with act too: a row sums in the same order
     BLOCK_K = min(1024, triton.next_power_of_2(K))
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
-                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                                             PREFETCH=l2_prefetch() if K > BLOCK_K else 0,
-                                             SECTOR=32 // weight.element_size(), PDL=pdl(), launch_pdl=pdl(),
-                                             num_warps=4, num_stages=3)
+                                             SILU_MUL=int(act is not None), BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                                             PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
     return out
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
