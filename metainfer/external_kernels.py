@@ -84,8 +84,9 @@ class VllmKernels:
         return q, k
 
     def silu_and_mul(self, x: Tensor) -> Tensor:
+        "vLLM's op reads `[gate | up]`; ours are interleaved pairs, regrouped first (a copy)."
         out = torch.empty(*x.shape[:-1], x.shape[-1] // 2, dtype=x.dtype, device=x.device)
-        self.silu_and_mul_op(out, x.contiguous())
+        self.silu_and_mul_op(out, x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2).contiguous())
         return out
 
     linear = staticmethod(linear_ref)  # cuBLAS, as vLLM's own linear layers use
@@ -93,7 +94,7 @@ class VllmKernels:
 # %% ../nbs/07b_external_kernels.ipynb #c010
 import contextlib, sys, types
 import torch.nn.functional as F
-from .kernels import rms_norm_ref, rotary_ref, silu_and_mul_ref
+from .kernels import rms_norm_ref, rotary_ref
 from .attention import gather_kv
 
 def _fa_check(q: Tensor, k: Tensor, block_table: Tensor | None, *ints: Tensor) -> None:
@@ -144,7 +145,9 @@ def _vllm_rotary(positions, query, key, head_size, cos_sin_cache, is_neox):
     q, k = rotary_ref(query.view(T, -1, head_size), key.view(T, -1, head_size), positions, cos_sin_cache.float(), is_neox)
     query.copy_(q.view(query.shape)); key.copy_(k.view(key.shape))
 
-def _vllm_silu_and_mul(out, x): out.copy_(silu_and_mul_ref(x))
+def _vllm_silu_and_mul(out, x):  # vLLM's layout: [gate | up]
+    gate, up = x.chunk(2, dim=-1)
+    out.copy_(F.silu(gate) * up)
 
 @contextlib.contextmanager
 def stand_ins():

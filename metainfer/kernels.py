@@ -52,8 +52,8 @@ def rotary_ref(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor, i
 
 # %% ../nbs/03_kernels.ipynb #c015
 def silu_and_mul_ref(x: Tensor) -> Tensor:
-    "`[T, 2I] -> [T, I]`: `silu(x[:, :I]) * x[:, I:]`."
-    gate, up = x.chunk(2, dim=-1)
+    "`[..., 2I] -> [..., I]`: `silu(gate) * up` of interleaved pairs, `gate = x[..., 0::2]`, `up = x[..., 1::2]`."
+    gate, up = x.unflatten(-1, (-1, 2)).unbind(-1)
     return F.silu(gate) * up
 
 # %% ../nbs/03_kernels.ipynb #0370ef1b

@@ -76,18 +76,22 @@ class ColumnParallelLinear(LinearBase):
 
 # %% ../nbs/05_linear.ipynb #c015
 class MergedColumnParallelLinear(ColumnParallelLinear):
-    "Several projections of one input, fused; shard id `i` loads `output_sizes[i]`, split across ranks unless `replicated[i]`."
+    """Several projections of one input, fused; shard id `i` loads `output_sizes[i]`, split across ranks unless
+    `replicated[i]`. `interleave`: equal sizes, stored row by row (row `j` of shard `i` at `j * shards + i`)."""
     def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False, tp: ParallelInfo | None = None,
-                 replicated: list[bool] | None = None):
+                 replicated: list[bool] | None = None, interleave: bool = False):
         tp = tp or get_tp()
         self.replicated = replicated or [False] * len(output_sizes)
         self.output_sizes = [n if rep else divide(n, tp.size) for n, rep in zip(output_sizes, self.replicated, strict=True)]  # local
+        if interleave and len(set(self.output_sizes)) != 1: raise ValueError(f"interleaving unequal {self.output_sizes}")
+        self.interleave = interleave
         LinearBase.__init__(self, in_features, sum(self.output_sizes), bias, 0, tp)
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int) -> None:
         size, offset = self.output_sizes[shard_id], sum(self.output_sizes[:shard_id])
         start = 0 if self.replicated[shard_id] else self.tp.rank * size
-        default_weight_loader(param.narrow(0, offset, size), take(loaded, 0, start, size))
+        rows = param.unflatten(0, (size, -1))[:, shard_id] if self.interleave else param.narrow(0, offset, size)
+        default_weight_loader(rows, take(loaded, 0, start, size))
 
 # %% ../nbs/05_linear.ipynb #c017
 class QKVParallelLinear(ColumnParallelLinear):

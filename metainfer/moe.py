@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import ParallelInfo, get_tp
-from .kernels import Ops, silu_and_mul_ref
+from .kernels import Ops
 from .linear import MergedColumnParallelLinear, RowParallelLinear, default_weight_loader, divide, take
 
 # %% auto #0
@@ -21,7 +21,7 @@ class DeepseekMLP(nn.Module):
     "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
     def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2)
+        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, interleave=True)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, reduce_results=reduce_results)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -136,7 +136,8 @@ def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor
     for e in range(El):
         rows = slice(start, start + counts[e])
         if counts[e]:
-            y = silu_and_mul_ref(x[token[rows]] @ gate_up[e].T) @ down[e].T  # [n, D]
+            gate, up = (x[token[rows]] @ gate_up[e].T).chunk(2, -1)          # an expert's rows: [gate | up]
+            y = (F.silu(gate) * up) @ down[e].T                              # [n, D]
             out.index_add_(0, token[rows], y.float() * topk_weights.flatten()[order[rows], None])
         start += counts[e]
     return (out if add is None else out + add.float()).to(x.dtype)

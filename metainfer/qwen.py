@@ -43,7 +43,7 @@ class QwenMLP(nn.Module):
     "SwiGLU MLP: `down(silu(gate(x)) * up(x))`, gate and up as one GEMM."
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2)
+        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, interleave=True)
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:

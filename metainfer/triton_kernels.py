@@ -17,7 +17,7 @@ jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
 __all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'rotary',
-           'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
+           'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -171,19 +171,24 @@ def rotary(q: Tensor,              # [T, H, D]
 
 # %% ../nbs/03a_triton_kernels.ipynb #c023
 @jit
+def silu_mul_pairs(pairs):
+    "`silu(gate) * up` of a `[BLOCK, 2]` tile of (gate, up) pairs, rounded where the torch reference rounds."
+    gate, up = tl.split(pairs)
+    g = gate.to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
+    return (act * up.to(tl.float32)).to(gate.dtype)
+
+@jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    pair = 2 * cols[:, None] + tl.arange(0, 2)[None, :]  # [BLOCK, 2]: each output's (gate, up), side by side
     pdl_sync(PDL)
-    mask = cols < I
-    gate = tl.load(x_ptr + t * stride_x + cols, mask=mask, other=0.0)
-    up = tl.load(x_ptr + t * stride_x + I + cols, mask=mask, other=0.0).to(tl.float32)
-    g = gate.to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
-    tl.store(out_ptr + t * I + cols, (act * up).to(gate.dtype), mask=mask)
+    pairs = tl.load(x_ptr + t * stride_x + pair, mask=pair < 2 * I, other=0.0)
+    tl.store(out_ptr + t * I + cols, silu_mul_pairs(pairs), mask=cols < I)
 
 def silu_and_mul(x: Tensor) -> Tensor:
-    "`[..., 2I] -> [..., I]`: `silu(x[..., :I]) * x[..., I:]`."
+    "`[..., 2I] -> [..., I]`: `silu(gate) * up` of the interleaved pairs `x[..., 0::2]`, `x[..., 1::2]`."
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(-1) != 1: x2 = x2.contiguous()
     I = x.shape[-1] // 2
@@ -197,11 +202,8 @@ def silu_and_mul(x: Tensor) -> Tensor:
 @jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    i = tl.arange(0, BLOCK_N)
-    if SILU_MUL == 1:  # rows [gate | up]: this program's BLOCK_N / 2 outputs, each as a (gate row, up row) pair
-        col = tl.program_id(0) * (BLOCK_N // 2) + i // 2
-        n, valid = col + (i % 2) * (N // 2), col < N // 2
-    else: n = tl.program_id(0) * BLOCK_N + i; valid = n < N
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    valid = n < N
     k = tl.arange(0, BLOCK_K)
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
@@ -215,12 +217,9 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.con
         acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     if HAS_BIAS: acc += tl.load(b_ptr + n, mask=valid, other=0.0).to(tl.float32)
     y = acc.to(out_ptr.dtype.element_ty)
-    if SILU_MUL > 0:  # (2: rows already interleaved, gate, up, gate, ...) as the activation kernel computes it
-        gate, up = tl.split(tl.reshape(y, [BLOCK_N // 2, 2]))
-        g = gate.to(tl.float32)
-        act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
+    if SILU_MUL:  # rows interleaved (gate, up, gate, ...): pairs of this tile, as the activation kernel does them
         out = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        tl.store(out_ptr + out, (act * up.to(tl.float32)).to(gate.dtype), mask=out < N // 2)  # from the rounded product
+        tl.store(out_ptr + out, silu_mul_pairs(tl.reshape(y, [BLOCK_N // 2, 2])), mask=out < N // 2)
     else: tl.store(out_ptr + n, y, mask=valid)
 
 @functools.cache
@@ -232,18 +231,18 @@ def gemv(x: Tensor,                    # [..., K] holding one row
          weight: Tensor,               # [N, K], contiguous rows; read before the wait, so no kernel may write it
          bias: Tensor | None = None,   # [N]
          out_dtype: torch.dtype | None = None,
-         act: str | None = None) -> Tensor:  # "silu_and_mul": the output is silu_and_mul of the product, [..., N / 2]
+         act: str | None = None) -> Tensor:  # "silu_and_mul": of the product (rows interleaved), [..., N / 2]
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
     if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
     assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
-    assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "[gate | up] rows, out in the input's dtype"
+    assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs, out in the input's dtype"
     x1 = x.reshape(K).contiguous()
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4  # with act too: a row sums in the same order
     BLOCK_K = min(1024, triton.next_power_of_2(K))
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
-                                             SILU_MUL=int(act is not None), BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                                              PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
     return out
 

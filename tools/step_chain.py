@@ -6,37 +6,29 @@ option tried (about a minute each). This chain is the step's kernel sequence wit
 distinct random weights at Qwen3-8B's shapes, each `add_rms_norm -> QKV GEMV -> paged decode (q/k norms and rotary
 inside, 384 tokens of context) -> O GEMV -> add_rms_norm -> gate-up GEMV with the activation -> down GEMV`, then the
 final norm and the LM head, captured in one CUDA graph (`triton.testing.do_bench_cudagraph`). Each option is an
-environment switch the package reads (`METAINFER_PDL`), or where the MLP's activation runs: its own kernel, or
-the gate-up GEMV's epilogue with the weight's rows as [gate | up] or interleaved (gate 0, up 0, gate 1, ...); every option must give the first one's output bit for bit (none
+environment switch the package reads (`METAINFER_PDL`), or where the MLP's activation runs (the gate-up GEMV's
+epilogue, or its own kernel); every option must give the first one's output bit for bit (none
 changes arithmetic). The weight bytes over the copy bandwidth measured in the same
 run is the step's roofline. The JSON has the ms a step, tok/s, the weights' TB/s and the share of the roofline.
+Measured so far (docs/benchmarks): run30/31 the GEMV's L2 prefetch (slower, backed out); run32 the gate-up weight
+as [gate | up] against interleaved rows (the layout the package now loads).
 """
 import argparse, json, os, sys, time
-import torch, triton
+import torch
 from triton.testing import do_bench_cudagraph
 from metainfer.attention import make_metadata
 from metainfer.kernels import Rope, RotaryEmbedding
 from metainfer.triton_attention import paged_decode
 from metainfer.bench import copy_bandwidth
-from metainfer.triton_kernels import add_rms_norm, linear, pdl, silu_and_mul, _gemv_kernel
+from metainfer.triton_kernels import add_rms_norm, linear, pdl, silu_and_mul
 
 LAYERS, HIDDEN, H, HK, D, I, VOCAB, PAGE = 36, 4096, 32, 8, 128, 12288, 151936, 16   # Qwen3-8B; KV block size
 DEV, BF, EPS = "cuda", torch.bfloat16, 1e-6
-OPTIONS = {  # name: (environment, where the MLP's activation runs)
-    "activation as a kernel": ({}, "kernel"),
-    "activation in the gate-up GEMV, [gate | up] rows": ({}, "halves"),
-    "activation in the gate-up GEMV, interleaved rows": ({}, "interleaved"),
-    "no pdl": ({"METAINFER_PDL": "0"}, "kernel"),
+OPTIONS = {  # name: (environment, the MLP's activation inside the gate-up GEMV)
+    "activation in the gate-up GEMV": ({}, True),
+    "activation as a kernel": ({}, False),
+    "no pdl": ({"METAINFER_PDL": "0"}, True),
 }
-
-
-def gemv_interleaved(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    "silu_and_mul of `x wᵀ` from the GEMV, with `w`'s rows interleaved (gate 0, up 0, gate 1, ...)."
-    N, K = w.shape
-    out = torch.empty(1, N // 2, dtype=x.dtype, device=x.device)
-    _gemv_kernel[(triton.cdiv(N, 8),)](x, w, None, out, N, K, w.stride(0), HAS_BIAS=False, SILU_MUL=2, BLOCK_N=8,
-                                       BLOCK_K=1024, PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
-    return out
 
 
 def main() -> None:
@@ -50,7 +42,6 @@ def main() -> None:
     layers = [dict(norm1=ones(HIDDEN), qkv=rnd((H + 2 * HK) * D, HIDDEN), q_norm=ones(D), k_norm=ones(D),
                    o=rnd(HIDDEN, H * D), norm2=ones(HIDDEN), gate_up=rnd(2 * I, HIDDEN), down=rnd(HIDDEN, I),
                    kc=rnd(blocks, PAGE, HK, D), vc=rnd(blocks, PAGE, HK, D)) for _ in range(args.layers)]
-    for L in layers: L["gate_up_interleaved"] = L["gate_up"].view(2, I, HIDDEN).transpose(0, 1).reshape(2 * I, HIDDEN)
     final, lm_head = ones(HIDDEN), rnd(VOCAB, HIDDEN)
     weight_bytes = sum(L[k].numel() * 2 for L in layers for k in ("qkv", "o", "gate_up", "down")) + lm_head.numel() * 2
     copy_Bps = copy_bandwidth(torch.device(DEV))  # as the bench measures it
@@ -59,7 +50,7 @@ def main() -> None:
     rot = RotaryEmbedding(D, 40960, 1e6).to(DEV)
     x0, res0 = rnd(1, HIDDEN), rnd(1, HIDDEN)
 
-    def step(act: str) -> torch.Tensor:
+    def step(fused: bool) -> torch.Tensor:
         x, res = x0, res0.clone()
         for L in layers:
             h, res = add_rms_norm(x, res, L["norm1"], EPS)
@@ -68,9 +59,7 @@ def main() -> None:
             rope = Rope(positions, rot.cos_sin_cache, True, L["q_norm"], L["k_norm"], EPS)
             x = linear(paged_decode(q, k, v, L["kc"], L["vc"], meta, D ** -0.5, rope).flatten(1), L["o"])
             h, res = add_rms_norm(x, res, L["norm2"], EPS)
-            if act == "kernel": a = silu_and_mul(linear(h, L["gate_up"]))
-            elif act == "halves": a = linear(h, L["gate_up"], act="silu_and_mul")
-            else: a = gemv_interleaved(h, L["gate_up_interleaved"])
+            a = linear(h, L["gate_up"], act="silu_and_mul") if fused else silu_and_mul(linear(h, L["gate_up"]))
             x = linear(a, L["down"])
         return linear(add_rms_norm(x, res, final, EPS)[0], lm_head)
 
@@ -79,13 +68,13 @@ def main() -> None:
            "weight_bytes": weight_bytes, "copy_Bps": copy_Bps, "roofline_ms": weight_bytes / copy_Bps * 1e3,
            "options": {}}
     first = None
-    for name, (env, act) in OPTIONS.items():
+    for name, (env, fused) in OPTIONS.items():
         os.environ.update(env); pdl.cache_clear()
         try:
-            out = step(act)
+            out = step(fused)
             first = out if first is None else first
-            ms = do_bench_cudagraph(lambda: step(act), rep=300)
-            res["options"][name] = {"env": env, "activation": act, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
+            ms = do_bench_cudagraph(lambda: step(fused), rep=300)
+            res["options"][name] = {"env": env, "activation_in_gemv": fused, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
                                     "of_roofline": res["roofline_ms"] / ms, "same_output": torch.equal(out, first)}
         except Exception as e:  # recorded, not raised: the other options still run
             res["options"][name] = f"{type(e).__name__}: {e}"[:400]
