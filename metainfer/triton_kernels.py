@@ -206,10 +206,10 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.con
     valid = n < N
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     f = tl.arange(0, FIRST_K)  # the first FIRST_K columns: loaded before the wait (no kernel writes weights)
-    w0 = tl.load(rows + f[None, :], mask=valid[:, None] & (f < K)[None, :], other=0.0)
+    w = tl.load(rows + f[None, :], mask=valid[:, None] & (f < K)[None, :], other=0.0)
     pdl_sync(PDL)
-    x0 = tl.load(x_ptr + f, mask=f < K, other=0.0)
-    acc = tl.sum(w0.to(tl.float32) * x0.to(tl.float32)[None, :], 1)  # (own names: the loop's tiles may be narrower)
+    x = tl.load(x_ptr + f, mask=f < K, other=0.0)
+    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     k = tl.arange(0, BLOCK_K)
     for c in range(0, tl.cdiv(K - FIRST_K, BLOCK_K)):
         kk = FIRST_K + c * BLOCK_K + k
