@@ -17,7 +17,7 @@ jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
 __all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'rotary',
-           'silu_mul_pairs', 'silu_and_mul', 'gemv_preload', 'num_sms', 'gemv', 'linear', 'TritonKernels']
+           'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -201,18 +201,17 @@ def silu_and_mul(x: Tensor) -> Tensor:
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, FIRST_K: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     valid = n < N
-    rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
-    f = tl.arange(0, FIRST_K)  # the first FIRST_K columns: loaded before the wait (no kernel writes weights)
-    w = tl.load(rows + f[None, :], mask=valid[:, None] & (f < K)[None, :], other=0.0)
-    pdl_sync(PDL)
-    x = tl.load(x_ptr + f, mask=f < K, other=0.0)
-    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
     k = tl.arange(0, BLOCK_K)
-    for c in range(0, tl.cdiv(K - FIRST_K, BLOCK_K)):
-        kk = FIRST_K + c * BLOCK_K + k
+    rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
+    w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
+    pdl_sync(PDL)
+    x = tl.load(x_ptr + k, mask=k < K, other=0.0)
+    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+    for c in range(1, tl.cdiv(K, BLOCK_K)):
+        kk = c * BLOCK_K + k
         w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
         x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
         acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
@@ -222,14 +221,6 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.con
         out = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
         tl.store(out_ptr + out, silu_mul_pairs(tl.reshape(y, [BLOCK_N // 2, 2])), mask=out < N // 2)
     else: tl.store(out_ptr + n, y, mask=valid)
-
-@functools.cache
-def gemv_preload() -> int:
-    """Bytes of weight a GEMV program loads before its PDL wait (at least its first `BLOCK_K` columns, at most 4,096):
-    `METAINFER_GEMV_PRELOAD_KB`, default 8."""
-    kb = int(os.environ.get("METAINFER_GEMV_PRELOAD_KB", "8"))
-    if kb < 1: raise ValueError(f"METAINFER_GEMV_PRELOAD_KB={kb}: at least 1")
-    return 1024 << (kb.bit_length() - 1)  # a power of two, so that the first tile is one
 
 @functools.cache
 def num_sms(device: torch.device) -> int:
@@ -250,9 +241,8 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4  # with act too: a row sums in the same order
     BLOCK_K = min(1024, triton.next_power_of_2(K))
-    FIRST_K = min(max(BLOCK_K, gemv_preload() // (BLOCK_N * weight.element_size())), 4096, triton.next_power_of_2(K))
     _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
-                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N, FIRST_K=FIRST_K, BLOCK_K=BLOCK_K,
+                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
                                              PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
     return out
 

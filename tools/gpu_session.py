@@ -4,7 +4,7 @@ Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py
 Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
-agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, latency-preload, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
+agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
 (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
@@ -158,14 +158,6 @@ def stage_throughput_ab():
         sh(f"cd {old.parent} && {PY} -m metainfer bench throughput {checkpoint('Qwen3-8B')} "
            f"--name throughput-qwen3-8b-at-{old.parent.name} --profile{BENCH_FLAGS} --out {RES.resolve()}", 120)
     keep()
-
-
-def stage_latency_preload():
-    "B=1 decode with graphs, the GEMV loading `KB` of weight a program before its wait, for each KB in env PRELOADS."
-    for kb in os.environ.get("PRELOADS", "16 32").split():
-        os.environ["METAINFER_GEMV_PRELOAD_KB"] = kb
-        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-graphs-preload-{kb}kb --profile", 120)
-    os.environ.pop("METAINFER_GEMV_PRELOAD_KB", None)
 
 
 def stage_latency_ab():

@@ -86,7 +86,7 @@ def gemv(x, w, name, pdl):
     bn, bk, warps, stages = GEMV_TILES[name]
     out = torch.empty(w.shape[0], dtype=x.dtype, device=x.device)
     _gemv_kernel[(triton.cdiv(w.shape[0], bn),)](x, w, None, out, w.shape[0], w.shape[1], w.stride(0), HAS_BIAS=False,
-                                                  SILU_MUL=0, BLOCK_N=bn, FIRST_K=bk, BLOCK_K=bk, PDL=pdl, launch_pdl=pdl, num_warps=warps,
+                                                  SILU_MUL=0, BLOCK_N=bn, BLOCK_K=bk, PDL=pdl, launch_pdl=pdl, num_warps=warps,
                                                   num_stages=stages)
     return out
 

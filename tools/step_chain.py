@@ -20,15 +20,13 @@ from metainfer.attention import make_metadata
 from metainfer.kernels import Rope, RotaryEmbedding
 from metainfer.triton_attention import paged_decode
 from metainfer.bench import copy_bandwidth
-from metainfer.triton_kernels import add_rms_norm, linear, pdl, gemv_preload, silu_and_mul, relative_error
+from metainfer.triton_kernels import add_rms_norm, linear, pdl, silu_and_mul
 
 LAYERS, HIDDEN, H, HK, D, I, VOCAB, PAGE = 36, 4096, 32, 8, 128, 12288, 151936, 16   # Qwen3-8B; KV block size
 DEV, BF, EPS = "cuda", torch.bfloat16, 1e-6
 OPTIONS = {  # name: (environment, the MLP's activation inside the gate-up GEMV)
     "activation in the gate-up GEMV": ({}, True),
     "activation as a kernel": ({}, False),
-    "GEMV loads 16 KB a program before its wait": ({"METAINFER_GEMV_PRELOAD_KB": "16"}, True),
-    "GEMV loads 32 KB a program before its wait": ({"METAINFER_GEMV_PRELOAD_KB": "32"}, True),
     "no pdl": ({"METAINFER_PDL": "0"}, True),
 }
 
@@ -71,19 +69,18 @@ def main() -> None:
            "options": {}}
     first = None
     for name, (env, fused) in OPTIONS.items():
-        os.environ.update(env); pdl.cache_clear(); gemv_preload.cache_clear()
+        os.environ.update(env); pdl.cache_clear()
         try:
             out = step(fused)
             first = out if first is None else first
             ms = do_bench_cudagraph(lambda: step(fused), rep=300)
             res["options"][name] = {"env": env, "activation_in_gemv": fused, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
-                                    "of_roofline": res["roofline_ms"] / ms, "same_output": torch.equal(out, first),
-                                    "rel_err_vs_first": relative_error(out, first)}
+                                    "of_roofline": res["roofline_ms"] / ms, "same_output": torch.equal(out, first)}
         except Exception as e:  # recorded, not raised: the other options still run
             res["options"][name] = f"{type(e).__name__}: {e}"[:400]
         finally:
             for k in env: del os.environ[k]
-            pdl.cache_clear(); gemv_preload.cache_clear()
+            pdl.cache_clear()
         print(f"{name:40s} {res['options'][name]}", flush=True)
     print(f"roofline {res['roofline_ms']:.3f} ms ({copy_Bps / 1e12:.2f} TB/s copy)")
     with open(args.out, "w") as f: json.dump(res, f, indent=1)
