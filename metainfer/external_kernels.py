@@ -8,7 +8,8 @@ import importlib
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata
-from .kernels import Rope, linear_ref
+from .kernels import Rope, linear_ref, silu_and_mul_ref
+from .triton_kernels import silu_and_mul as triton_silu_and_mul
 from .triton_attention import flash_attention_takes
 
 # %% auto #0
@@ -59,7 +60,7 @@ class VllmKernels:
 
     def __init__(self):
         from vllm import _custom_ops
-        self.vllm, self.silu_and_mul_op = _custom_ops, torch.ops._C.silu_and_mul
+        self.vllm = _custom_ops
         self.cos_sin = {}  # (cache, dtype) -> the cache in that dtype
 
     def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -84,10 +85,8 @@ class VllmKernels:
         return q, k
 
     def silu_and_mul(self, x: Tensor) -> Tensor:
-        "vLLM's op reads `[gate | up]`; ours are interleaved pairs, regrouped first (a copy)."
-        out = torch.empty(*x.shape[:-1], x.shape[-1] // 2, dtype=x.dtype, device=x.device)
-        self.silu_and_mul_op(out, x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2).contiguous())
-        return out
+        "Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it would copy `x`."
+        return triton_silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x)
 
     linear = staticmethod(linear_ref)  # cuBLAS, as vLLM's own linear layers use
 

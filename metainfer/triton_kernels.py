@@ -189,6 +189,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: 
 
 def silu_and_mul(x: Tensor) -> Tensor:
     "`[..., 2I] -> [..., I]`: `silu(gate) * up` of the interleaved pairs `x[..., 0::2]`, `x[..., 1::2]`."
+    if x.shape[-1] % 2: raise ValueError(f"silu_and_mul takes (gate, up) pairs: last dim {x.shape[-1]} is odd")
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(-1) != 1: x2 = x2.contiguous()
     I = x.shape[-1] // 2

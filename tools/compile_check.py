@@ -6,8 +6,8 @@ rule: a loop-carried tile that changes shape, a helper that is not `@triton.jit`
 PTX the assembler rejects. Those surfaced only on the GPU machine, whose time is scarce (run16, run34). Here Triton's
 own launch path runs for real (the same argument specialization, the same compile pipeline down to `ptxas`), with
 a stand-in driver that reports an sm_90 target and no device, and with every launch turned into a compile-only
-warm-up. The package's ops are called at Qwen3-8B's and DeepSeek-V2-Lite's shapes with CPU tensors, with
-programmatic dependent launch on and 132 SMs (an H100/H200), as the GPU would take them; nothing is computed, so
+warm-up. The package's ops are called at Qwen3-8B's and DeepSeek-V2-Lite's shapes with CPU tensors and 132 SMs (an
+H100/H200), once with programmatic dependent launch and once without, as a GPU would take them; nothing is computed, so
 nothing is checked numerically (the interpreter tests and the notebooks' GPU cells do that). Every `*_kernel` of the
 four Triton modules must compile at least once, so a new kernel needs a call here.
 """
@@ -32,7 +32,7 @@ class CompileOnlyDriver:
     def is_active(self): return True
 
 
-compiled: dict[str, int] = {}  # kernel name -> distinct specializations compiled
+compiled: dict[str, int] = {}  # kernel name -> launches turned into compiles (each specialization compiles once)
 _run = JITFunction.run
 
 
@@ -44,15 +44,20 @@ def compile_only(self, *args, grid, warmup, **kwargs):
 
 
 def install() -> list:
-    "The stand-in driver, compile-only launches, and the GPU facts the ops read (PDL on, 132 SMs); the package's modules."
+    "The stand-in driver, compile-only launches, and an H100/H200's 132 SMs for the ops that read it; the modules."
     triton_driver.set_active(CompileOnlyDriver())
     JITFunction.run = compile_only
     from metainfer import triton_kernels, triton_attention, triton_mla, triton_moe
     modules = [triton_kernels, triton_attention, triton_mla, triton_moe]
     for m in modules:
-        if hasattr(m, "pdl"): m.pdl = lambda: True
         if hasattr(m, "num_sms"): m.num_sms = lambda device: 132
     return modules
+
+
+def set_pdl(modules: list, on: bool) -> None:
+    "What `pdl()` answers on a Hopper GPU (on), or with `METAINFER_PDL=0` and on older GPUs (off)."
+    for m in modules:
+        if hasattr(m, "pdl"): m.pdl = lambda: on
 
 
 def calls():
@@ -83,6 +88,8 @@ def calls():
                          "lm_head": (151936, 4096), "dsv2 q": (3072, 2048), "dsv2 kv_a": (576, 2048)}.items():
         out.append((f"gemv {name}", lambda N=N, K=K: tk.gemv(r(1, K), r(N, K))))
     out += [("gemv gate_up + activation", lambda: tk.gemv(r(1, 4096), r(24576, 4096), act="silu_and_mul")),
+             ("gemv gate_up + activation, 4-row tiles (DeepSeek shared experts at TP=2)",
+              lambda: tk.gemv(r(1, 2048), r(2816, 2048), act="silu_and_mul")),
              ("gemv with bias (Qwen2 qkv)", lambda: tk.gemv(r(1, 3584), r(4608, 3584), r(4608))),
              ("gemv fp32 out (row-parallel partial)", lambda: tk.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32)),
              ("gemv fp32", lambda: tk.gemv(r(1, 2100, dt=torch.float32), r(10, 2100, dt=torch.float32)))]
@@ -139,11 +146,13 @@ def main() -> int:
     kernels = {name for m in modules for name, obj in vars(m).items()
                if isinstance(obj, JITFunction) and name.endswith("_kernel")}
     failures, start = {}, time.time()
-    for name, thunk in calls():
-        try: thunk()
-        except Exception:
-            failures[name] = traceback.format_exc(limit=4)[-3000:]
-            print(f"FAIL {name}\n{failures[name]}", flush=True)
+    for pdl in (True, False):  # every kernel that takes PDL compiles both ways
+        set_pdl(modules, pdl)
+        for name, thunk in calls():
+            try: thunk()
+            except Exception:
+                failures[f"{name}, pdl={pdl}"] = traceback.format_exc(limit=4)[-3000:]
+                print(f"FAIL {name}, pdl={pdl}\n{failures[f'{name}, pdl={pdl}']}", flush=True)
     never = sorted(kernels - set(compiled))
     res = {"target": f"{TARGET.backend} sm_{TARGET.arch}", "triton": triton.__version__, "seconds": time.time() - start,
            "compiled": compiled, "failures": failures, "never_compiled": never}

@@ -31,7 +31,7 @@ OPTIONS = {  # name: (environment, the MLP's activation inside the gate-up GEMV)
 }
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(); p.add_argument("--out", required=True)
     p.add_argument("--context", type=int, default=384); p.add_argument("--layers", type=int, default=LAYERS)
     args = p.parse_args()
@@ -67,8 +67,9 @@ def main() -> None:
            "device": torch.cuda.get_device_name(), "layers": args.layers, "context": args.context,
            "weight_bytes": weight_bytes, "copy_Bps": copy_Bps, "roofline_ms": weight_bytes / copy_Bps * 1e3,
            "options": {}}
-    first = None
+    first, ok = None, True
     for name, (env, fused) in OPTIONS.items():
+        saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env); pdl.cache_clear()
         try:
             out = step(fused)
@@ -76,15 +77,19 @@ def main() -> None:
             ms = do_bench_cudagraph(lambda: step(fused), rep=300)
             res["options"][name] = {"env": env, "activation_in_gemv": fused, "ms": ms, "tok_s": 1e3 / ms, "weights_TBps": weight_bytes / ms / 1e9,
                                     "of_roofline": res["roofline_ms"] / ms, "same_output": torch.equal(out, first)}
-        except Exception as e:  # recorded, not raised: the other options still run
-            res["options"][name] = f"{type(e).__name__}: {e}"[:400]
+            ok &= res["options"][name]["same_output"]
+        except Exception as e:  # recorded, not raised: the other options still run (the exit status says it)
+            res["options"][name], ok = f"{type(e).__name__}: {e}"[:400], False
         finally:
-            for k in env: del os.environ[k]
+            for k, v in saved.items():
+                if v is None: os.environ.pop(k, None)
+                else: os.environ[k] = v
             pdl.cache_clear()
         print(f"{name:40s} {res['options'][name]}", flush=True)
     print(f"roofline {res['roofline_ms']:.3f} ms ({copy_Bps / 1e12:.2f} TB/s copy)")
     with open(args.out, "w") as f: json.dump(res, f, indent=1)
+    return 0 if ok else 1  # an option that failed or changed the output bits
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
