@@ -7,11 +7,11 @@ distinct random weights at Qwen3-8B's shapes, each `add_rms_norm -> QKV GEMV -> 
 inside, 384 tokens of context) -> O GEMV -> add_rms_norm -> gate-up GEMV with the activation -> down GEMV`, then the
 final norm and the LM head, captured in one CUDA graph (`triton.testing.do_bench_cudagraph`). Each option is an
 environment switch the package reads (`METAINFER_PDL`), or where the MLP's activation runs (the gate-up GEMV's
-epilogue, or its own kernel); every option must give the first one's output bit for bit (none
-changes arithmetic). The weight bytes over the copy bandwidth measured in the same
-run is the step's roofline. The JSON has the ms a step, tok/s, the weights' TB/s and the share of the roofline.
-Measured so far (docs/benchmarks): run30/31 the GEMV's L2 prefetch (slower, backed out); run32 the gate-up weight
-as [gate | up] against interleaved rows (the layout the package now loads).
+epilogue, or its own kernel); every option must give the first one's output bit for bit (none changes arithmetic),
+else the exit status is 1. The weight bytes over the copy bandwidth measured in the same run is the step's roofline.
+The JSON has the ms a step, tok/s, the weights' TB/s and the share of the roofline. Measured with it so far
+(docs/benchmarks): the GEMV's L2 prefetch (run30, run31) and a wider pre-wait tile (run35), both slower and backed
+out; the gate-up weight as [gate | up] against interleaved rows (run32; the package now loads them interleaved).
 """
 import argparse, json, os, sys, time
 import torch
