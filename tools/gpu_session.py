@@ -57,10 +57,16 @@ def keep() -> None:
     with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")
 
 
-def bench(args: str, timeout: float = 300) -> int:
-    rc = sh(f"{PY} -m metainfer bench {args}{BENCH_FLAGS} --out {RES}", timeout)
+def bench(args: str, timeout: float = 300, at: Path | None = None) -> int:
+    "`metainfer bench ARGS`; `at`: a folder holding another `metainfer/`, run from there (`-m` puts the cwd first)."
+    rc = sh(f"{f'cd {at} && ' if at else ''}{PY} -m metainfer bench {args}{BENCH_FLAGS} --out {RES.resolve()}", timeout)
     keep()
     return rc
+
+
+def older_packages() -> list[Path]:
+    "The folders `.ab/REV` holding an older package (carried; made by `git archive REV metainfer | tar -x -C .ab/REV`)."
+    return [p.parent for p in sorted(Path(".ab").glob("*/metainfer"))]
 
 
 def checkpoint(name: str) -> Path:
@@ -152,20 +158,16 @@ def stage_throughput():
 
 
 def stage_throughput_ab():
-    """Stage throughput with each older package under `.ab/REV/metainfer` (carried; made by
-    `git archive REV metainfer | tar -x -C .ab/REV`), in the same call as the current one, so both see the same GPU."""
-    for old in sorted(Path(".ab").glob("*/metainfer")):  # run from there: `python -m` puts the cwd first on sys.path
-        sh(f"cd {old.parent} && {PY} -m metainfer bench throughput {checkpoint('Qwen3-8B')} "
-           f"--name throughput-qwen3-8b-at-{old.parent.name} --profile{BENCH_FLAGS} --out {RES.resolve()}", 120)
-    keep()
+    "Stage throughput with each `older_packages()`, in the same call as the current one, so both see the same GPU."
+    for at in older_packages():
+        bench(f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-at-{at.name} --profile", 120, at)
 
 
 def stage_latency_ab():
-    "Stage latency-peers' B=1 run (no peer) with each older package under `.ab/REV/metainfer`, as stage throughput-ab."
-    for old in sorted(Path(".ab").glob("*/metainfer")):
-        sh(f"cd {old.parent} && {PY} -m metainfer bench latency {checkpoint('Qwen3-8B')} --batch-size 1 "
-           f"--name latency-qwen3-8b-b1-graphs-at-{old.parent.name} --profile{BENCH_FLAGS} --out {RES.resolve()}", 120)
-    keep()
+    "Stage latency-peers' B=1 run (no peer) with each `older_packages()`, as stage throughput-ab."
+    for at in older_packages():
+        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-graphs-at-{at.name} --profile",
+              120, at)
 
 
 def stage_tp2():
