@@ -305,18 +305,18 @@ class DecodeGraphs:
     def _allocate_buffers(self, n: int, max_blocks: int, dev: torch.device) -> None:
         "The static inputs every graph reads (padded rows: the null block), and their pinned host staging twins."
         self.null_slot = self.null_block * self.block_size
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
-        self.positions = torch.zeros(n, dtype=torch.long, device=dev)
-        self.slot_mapping = torch.full((n,), self.null_slot, dtype=torch.long, device=dev)
-        self.context_lens = torch.ones(n, dtype=torch.int32, device=dev)
-        self.block_tables = torch.full((n, max_blocks), self.null_block, dtype=torch.int32, device=dev)
-        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)          # queries: one per sequence
-        self.cu_seqlens_k = torch.arange(n + 1, dtype=torch.int32, device=dev)        # contexts: filled per step
         pin = dev.type == "cuda"
-        self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)      # ids, positions, slots
-        self.host_ctx = torch.zeros(n, dtype=torch.int32, pin_memory=pin)
-        self.host_cu_k = torch.zeros(n + 1, dtype=torch.int32, pin_memory=pin)
-        self.host_tables = torch.zeros(n, max_blocks, dtype=torch.int32, pin_memory=pin)
+        # two small blocks, each one copy a step: [ids | positions | slots] (int64) and [context lens | cu_seqlens_k]
+        self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)
+        self.host_vec[2] = self.null_slot
+        self.host_i32 = torch.cat([torch.ones(n, dtype=torch.int32), torch.arange(n + 1, dtype=torch.int32)])
+        self.host_i32 = self.host_i32.pin_memory() if pin else self.host_i32
+        self.host_tables = torch.full((n, max_blocks), self.null_block, dtype=torch.int32, pin_memory=pin)
+        self.vec, self.i32 = self.host_vec.to(dev), self.host_i32.to(dev)
+        self.input_ids, self.positions, self.slot_mapping = self.vec.unbind(0)
+        self.context_lens, self.cu_seqlens_k = self.i32[:n], self.i32[n:]             # contexts: filled per step
+        self.block_tables = self.host_tables.to(dev)
+        self.cu_seqlens = torch.arange(n + 1, dtype=torch.int32, device=dev)          # queries: one per sequence
         self.staged_rows: list[tuple[list[int] | None, int]] = [(None, 0)] * n   # (block table, entries staged)
         self.copied = torch.cuda.Event() if pin else None  # recorded after each step's copies from the staging
 
@@ -340,24 +340,23 @@ class DecodeGraphs:
         slots = [t[p // bs] * bs + p % bs for t, p in zip(step.block_tables, pos)]
         if self.copied is not None: self.copied.synchronize()  # with async scheduling the last step's copies may
         self.host_vec[:, :n] = torch.tensor([step.input_ids, pos, slots])  # still be queued: let them read first
-        self.host_ctx[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
-        self.host_cu_k[:b + 1] = torch.tensor([0, *accumulate(step.context_lens + [1] * (b - n))], dtype=torch.int32)
+        self.host_vec[2, n:b] = self.null_slot  # padding rows: the null block's slot, one token of context
+        N = len(self.context_lens)
+        self.host_i32[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
+        self.host_i32[n:b] = 1
+        self.host_i32[N:N + b + 1] = torch.tensor([0, *accumulate(step.context_lens + [1] * (b - n))], dtype=torch.int32)
         w = max(map(len, step.block_tables))
         tables, rows = self.host_tables.numpy(), self.staged_rows
         for i, t in enumerate(step.block_tables):  # a row that holds the same (append-only) list as last step
             staged = rows[i][1] if rows[i][0] is t else 0   # only needs its new blocks (the list is kept alive
             if staged < len(t): tables[i, staged:len(t)] = t[staged:]  # here, so its identity is never reused)
             rows[i] = (t, len(t))
-        for dst, src in ((self.input_ids, 0), (self.positions, 1), (self.slot_mapping, 2)):
-            dst[:n].copy_(self.host_vec[src, :n], non_blocking=True)
-        if last_ids is not None: fill_pending(self.input_ids, step.pending, last_ids)
-        self.context_lens[:n].copy_(self.host_ctx[:n], non_blocking=True)
-        self.cu_seqlens_k[:b + 1].copy_(self.host_cu_k[:b + 1], non_blocking=True)
-        self.block_tables[:n, :w].copy_(self.host_tables[:n, :w], non_blocking=True)
+        for i in range(n, b):  # padding rows start at the null block, and a real row there later is staged whole
+            tables[i, 0], rows[i] = self.null_block, (None, 0)
+        self.vec.copy_(self.host_vec, non_blocking=True)  # three copies a step: both small blocks whole (a few KB:
+        self.i32.copy_(self.host_i32, non_blocking=True)  # rows past the bucket are never read), the tables' rows
+        self.block_tables[:b, :w].copy_(self.host_tables[:b, :w], non_blocking=True)
         if self.copied is not None: self.copied.record()
-        if b > n:  # padding rows: the null block, one token of context
-            self.slot_mapping[n:b].fill_(self.null_slot)
-            self.context_lens[n:b].fill_(1)
-            self.block_tables[n:b, 0].fill_(self.null_block)
+        if last_ids is not None: fill_pending(self.input_ids, step.pending, last_ids)
         self.graphs[b].replay()
         return self.logits[b][:n]
