@@ -454,8 +454,32 @@ def _allreduce_worker(rank: int, size: int, init_method: str, sizes: list[int], 
                 for _ in range(20): comm.all_reduce(x)
             graph = _time_cuda(g.replay, 20) / 20
             rows.append({"bytes": nbytes, "comm": name, "eager_us": eager * 1e6, "graph_us": graph * 1e6})
-    if rank == 0: Path(out).write_text(json.dumps(rows))
+    fused = _fused_norm_rows(tp.comm, device) if getattr(tp.comm, "push", None) is not None else []
+    if rank == 0: Path(out).write_text(json.dumps({"rows": rows, "fused": fused}))
     destroy_tensor_parallel()
+
+def _fused_norm_rows(comm, device: torch.device, hidden: int = 4096) -> list[dict]:
+    "A decode layer's reduce + residual add + RMSNorm (float32 partials, bf16 residual): one fused kernel against the one-shot all-reduce, cast and `add_rms_norm`."
+    from metainfer.distributed import TorchDistCommunicator
+    from metainfer.kernels import ops
+    from metainfer.triton_kernels import TritonKernels
+    ops.use(TritonKernels())
+    w, out = torch.randn(hidden, device=device, dtype=torch.bfloat16), []
+    paths = {"fused": comm.all_reduce_add_rms_norm,
+             "one-shot + cast + add_rms_norm": lambda *a: TorchDistCommunicator.all_reduce_add_rms_norm(comm, *a)}
+    for n_rows in (1, 8, 32):
+        x, res = torch.randn(n_rows, hidden, device=device), torch.randn(n_rows, hidden, device=device, dtype=torch.bfloat16)
+        same = all(torch.equal(a, b) for a, b in zip(paths["fused"](x.clone(), res, w, 1e-6),
+                                                     paths["one-shot + cast + add_rms_norm"](x.clone(), res, w, 1e-6)))
+        for name, fn in paths.items():  # (the unfused all-reduce sums in place: x grows, the timing does not care)
+            eager = _time_cuda(lambda: fn(x, res, w, 1e-6), 50)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(20): fn(x, res, w, 1e-6)
+            graph = _time_cuda(g.replay, 20) / 20
+            out.append({"rows": n_rows, "hidden": hidden, "path": name, "eager_us": eager * 1e6, "graph_us": graph * 1e6,
+                        "identical_to_unfused": same})
+    return out
 
 def allreduce_main(args) -> list[dict]:
     "Time all-reduce on every GPU of this machine; JSON and a plot."
@@ -466,9 +490,10 @@ def allreduce_main(args) -> list[dict]:
     tmp = out / ".allreduce.tmp.json"
     sizes = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20]
     mp.spawn(_allreduce_worker, args=(size, f"tcp://127.0.0.1:{free_port()}", sizes, str(tmp)), nprocs=size)
-    rows = json.loads(tmp.read_text()); tmp.unlink()
+    got = json.loads(tmp.read_text()); tmp.unlink()
+    rows = got["rows"]
     name = args.name or f"allreduce-{size}gpu"
-    res = {"command": " ".join(["metainfer", "bench", *sys.argv[2:]]), "gpus": size, "rows": rows,
+    res = {"command": " ".join(["metainfer", "bench", *sys.argv[2:]]), "gpus": size, "rows": rows, "fused_norm": got["fused"],
            "hardware": environment(torch.device("cuda", 0)), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     (out / f"{name}.json").write_text(json.dumps(res, indent=1))
     import matplotlib; matplotlib.use("Agg")
@@ -481,4 +506,6 @@ def allreduce_main(args) -> list[dict]:
     ax.set_xscale("log", base=2); ax.set_xlabel("message KB (bf16)"); ax.set_ylabel("µs"); ax.legend()
     ax.set_title(f"all-reduce latency, {size} GPUs"); fig.tight_layout(); fig.savefig(out / f"{name}.png", dpi=120)
     for r in rows: print(f"{r['bytes'] >> 10:>6} KB {r['comm']:>9}: eager {r['eager_us']:7.1f} µs, graph {r['graph_us']:7.1f} µs")
+    for r in got["fused"]: print(f"{r['rows']:>3} rows x {r['hidden']} {r['path']:>30}: eager {r['eager_us']:7.1f} µs, graph "
+                                 f"{r['graph_us']:7.1f} µs; same bits as unfused: {r['identical_to_unfused']}")
     return rows

@@ -21,8 +21,9 @@ __all__ = ['DeepseekDecoderLayer', 'DeepseekModel', 'DeepseekForCausalLM']
 class DeepseekDecoderLayer(DecoderLayer):
     "Qwen's block with MLA attention, and a MoE or a dense MLP."
     def __init__(self, cfg: ModelConfig, i: int, rotary, ep_size: int | None = None):
-        mlp = DeepseekMoE(cfg, ep_size) if is_moe_layer(cfg, i) else DeepseekMLP(cfg.hidden_size, cfg.intermediate_size)
-        super().__init__(MLA(cfg, rotary), mlp, cfg.hidden_size, cfg.rms_norm_eps)
+        mlp = (DeepseekMoE(cfg, ep_size, reduce_results=False) if is_moe_layer(cfg, i)
+               else DeepseekMLP(cfg.hidden_size, cfg.intermediate_size, reduce_results=False))
+        super().__init__(MLA(cfg, rotary, reduce_results=False), mlp, cfg.hidden_size, cfg.rms_norm_eps)
 
 # %% ../nbs/09c_deepseek.ipynb #c005
 class DeepseekModel(nn.Module):
@@ -36,7 +37,7 @@ class DeepseekModel(nn.Module):
     def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers: x, residual = layer(positions, x, residual, meta)
-        return self.norm(x, residual)[0]
+        return self.layers[-1].sum_add_norm(self.norm, x, residual)[0]  # the last MLP's partial sums, reduced
 
 # %% ../nbs/09c_deepseek.ipynb #c007
 class DeepseekForCausalLM(nn.Module):

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from .kernels import ops
 
 # %% auto #0
 __all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'check_all_reduce', 'ControlChannel', 'ParallelInfo', 'get_tp',
@@ -37,17 +38,32 @@ class TorchDistCommunicator:
         dist.broadcast(x, src=src, group=self.group)
         return x
 
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        "`add_rms_norm` of the ranks' summed partials `x` (rounded to `residual`'s dtype) and `residual`."
+        return ops.add_rms_norm(self.all_reduce(x).to(residual.dtype), residual, weight, eps)
+
 # %% ../nbs/04_distributed.ipynb #c006
 class SymmMemCommunicator(TorchDistCommunicator):
     "NCCL collectives, but small all-reduces as one-shot reads of peers' symmetric-memory buffers (NVLink P2P)."
     def __init__(self, group, device: torch.device, dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float32),
-                 max_bytes: int = 1 << 20):
+                 max_bytes: int = 1 << 20, max_rows: int = 32, max_hidden: int = 8192):
         super().__init__(group)
         import torch.distributed._symmetric_memory as symm_mem
+        from metainfer import triton_kernels
         group = group or dist.group.WORLD
         self.bufs = {dt: symm_mem.empty(max_bytes // dt.itemsize, dtype=dt, device=device) for dt in dict.fromkeys(dtypes)}
         for buf in self.bufs.values(): symm_mem.rendezvous(buf, group)
         self.group_name = group.group_name
+        self.push = None  # the fused all-reduce + add + RMSNorm's buffers, where Triton runs compiled
+        if triton_kernels.available() and not triton_kernels.interpreting():
+            rank, size = dist.get_rank(group), dist.get_world_size(group)
+            buf = symm_mem.empty(2 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
+            ptrs = symm_mem.rendezvous(buf, group).buffer_ptrs   # each rank's allocation; buf may sit inside one
+            at = buf.data_ptr() - ptrs[rank]
+            self.push = triton_kernels.PushBuffers(torch.tensor([p + at for p in ptrs], device=device),
+                                                   torch.zeros(max_rows, dtype=torch.int32, device=device), rank,
+                                                   max_rows, max_hidden)
+            self._push_buf = buf  # kept alive: peers write into it
 
     def all_reduce(self, x: Tensor) -> Tensor:
         n, buf = x.numel(), self.bufs.get(x.dtype)
@@ -55,11 +71,22 @@ class SymmMemCommunicator(TorchDistCommunicator):
         torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
         return x
 
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        if self.push is None or not self.push.takes(x): return super().all_reduce_add_rms_norm(x, residual, weight, eps)
+        from metainfer.triton_kernels import all_reduce_add_rms_norm
+        return all_reduce_add_rms_norm(x, residual, weight, eps, self.push)
+
 def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
     "Whether `comm` sums a small and a large message correctly (run on every rank)."
     for n in (4096, 1 << 20):
         x = torch.full((n,), float(rank + 1), device=device, dtype=dtype)
         if not torch.equal(comm.all_reduce(x), torch.full_like(x, size * (size + 1) / 2)): return False
+    for rows in (1, 40):  # fused with add + RMSNorm (if the communicator fuses: up to its max_rows, then unfused)
+        x, res = torch.full((rows, 64), float(rank + 1), device=device, dtype=dtype), torch.ones(rows, 64, device=device)
+        normed, res = comm.all_reduce_add_rms_norm(x, res.to(dtype), torch.ones(64, device=device, dtype=dtype), 0.0)
+        ones = torch.ones_like(normed, dtype=torch.float32)  # a constant row normalizes to 1 (up to rounding)
+        if not (torch.equal(res, torch.full_like(res, size * (size + 1) / 2 + 1)) and torch.allclose(normed.float(), ones, atol=1e-2)):
+            return False
     return True
 
 # %% ../nbs/04_distributed.ipynb #c008
@@ -154,6 +181,11 @@ class ParallelInfo:
     def broadcast(self, x: Tensor, src: int = 0) -> Tensor:
         "Every rank gets rank `src`'s `x`, in place."
         return x if self.size == 1 else self.comm.broadcast(x, src)
+
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        "`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed."
+        if self.size == 1: return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
+        return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
 
 # %% ../nbs/04_distributed.ipynb #c010
 _TP = ParallelInfo()

@@ -127,9 +127,8 @@ class RowParallelLinear(LinearBase):
 
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
-        if not self.reduce_results or self.tp.size == 1 or x.dtype == torch.float32:
-            y = ops.linear(x, self.weight, bias)
-            return self.tp.all_reduce(y) if self.reduce_results else y
-        # half precision: sum the partial products in float32 before rounding, so each output is rounded once, as
-        # TP=1's single GEMM rounds it
-        return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=torch.float32)).to(x.dtype)
+        # half precision under TP: the partial products in float32, so that each output is rounded once, after the
+        # sum, as TP=1's single GEMM rounds it
+        partial_dtype = torch.float32 if self.tp.size > 1 and x.dtype in (torch.float16, torch.bfloat16) else None
+        y = ops.linear(x, self.weight, bias, out_dtype=partial_dtype)
+        return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y

@@ -133,7 +133,7 @@ class MLA(nn.Module):
     "Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache, output projection."
     packed_modules_mapping = {"q_proj": ("q_kv_a_proj", 0), "q_a_proj": ("q_kv_a_proj", 0),
                               "kv_a_proj_with_mqa": ("q_kv_a_proj", 1)}
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True):
         super().__init__()
         h, D, Ht = cfg.hf, cfg.hidden_size, cfg.num_attention_heads
         self.r, self.dn, self.dr, self.dv = h["kv_lora_rank"], h["qk_nope_head_dim"], h["qk_rope_head_dim"], h["v_head_dim"]
@@ -146,7 +146,7 @@ class MLA(nn.Module):
             self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, Ht * (self.dn + self.dr))
         self.kv_a_layernorm = RMSNorm(self.r)
         self.kv_b_proj = ColumnParallelLinear(self.r, Ht * (self.dn + self.dv))
-        self.o_proj = RowParallelLinear(Ht * self.dv, D, bias=bias)
+        self.o_proj = RowParallelLinear(Ht * self.dv, D, bias=bias, reduce_results=reduce_results)
         self.rotary_emb = rotary
         H = self.kv_b_proj.weight.shape[0] // (self.dn + self.dv)  # local heads
         self.attn = LatentAttention(H, self.r, self.dr, mla_softmax_scale(self.dn + self.dr, cfg.rope_scaling))

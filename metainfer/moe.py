@@ -154,8 +154,9 @@ moe_ops.use(TorchMoE())
 # %% ../nbs/09b_moe.ipynb #c026
 class DeepseekMoE(nn.Module):
     "DeepSeek MoE: `Σ_k w_k · expert_k(x)` over the routed top-k, plus the shared experts."
-    def __init__(self, cfg: ModelConfig, ep_size: int | None = None):
+    def __init__(self, cfg: ModelConfig, ep_size: int | None = None, reduce_results: bool = True):
         super().__init__()
+        self.reduce_results = reduce_results  # False: return this rank's partial sum (the caller reduces)
         h = cfg.hf
         self.gate = MoEGate(cfg)
         # both parts stop at this rank's partial sum: added together, they need one all-reduce, not two
@@ -167,4 +168,5 @@ class DeepseekMoE(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         shared = None if self.shared_experts is None else self.shared_experts(x)
-        return self.experts.tp.all_reduce(self.experts(x, *self.gate(x), add=shared))
+        y = self.experts(x, *self.gate(x), add=shared)
+        return self.experts.tp.all_reduce(y) if self.reduce_results else y

@@ -19,13 +19,13 @@ __all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'Qwen
 # %% ../nbs/09_qwen.ipynb #c004
 class QwenAttention(nn.Module):
     "Self-attention: fused QKV projection, optional q/k norm, rotary, paged attention, output projection."
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True):
         super().__init__()
         self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
                                           cfg.num_key_value_heads, bias=cfg.qkv_bias)
         H, Hk, D = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads, cfg.head_dim  # local heads
         self.sizes = [H * D, Hk * D, Hk * D]
-        self.o_proj = RowParallelLinear(cfg.num_attention_heads * D, cfg.hidden_size)
+        self.o_proj = RowParallelLinear(cfg.num_attention_heads * D, cfg.hidden_size, reduce_results=reduce_results)
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.rotary_emb = rotary
@@ -41,10 +41,10 @@ class QwenAttention(nn.Module):
 # %% ../nbs/09_qwen.ipynb #c005
 class QwenMLP(nn.Module):
     "SwiGLU MLP: `down(silu(gate(x)) * up(x))`, gate and up as one GEMM."
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, reduce_results: bool = True):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, interleave=True)
-        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
+        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, reduce_results=reduce_results)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))  # a backend may fuse the activation in
@@ -54,18 +54,25 @@ class DecoderLayer(nn.Module):
     "Pre-norm block of every model here: norm, attention, residual add fused into the next norm, MLP."
     def __init__(self, self_attn: nn.Module, mlp: nn.Module, hidden_size: int, eps: float):
         super().__init__()
-        self.self_attn, self.mlp = self_attn, mlp
+        self.self_attn, self.mlp = self_attn, mlp   # both return this rank's partial sums (`reduce_results=False`)
         self.input_layernorm = RMSNorm(hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps)
+        self.tp = get_tp()
 
     def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
-        x, residual = (self.input_layernorm(x), x) if residual is None else self.input_layernorm(x, residual)
-        x, residual = self.post_attention_layernorm(self.self_attn(positions, x, meta), residual)
+        "`x`: the embedding (first layer: no `residual` yet), else the previous MLP's partial sum."
+        x, residual = (self.input_layernorm(x), x) if residual is None else self.sum_add_norm(self.input_layernorm, x, residual)
+        x, residual = self.sum_add_norm(self.post_attention_layernorm, self.self_attn(positions, x, meta), residual)
         return self.mlp(x), residual
+
+    def sum_add_norm(self, norm: RMSNorm, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
+        "`norm(Σ_ranks x, residual)`: the ranks' partial sums `x` summed, added to the residual, normalized."
+        return self.tp.all_reduce_add_rms_norm(x, residual, norm.weight, norm.eps)
 
 class QwenDecoderLayer(DecoderLayer):
     def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
-        super().__init__(QwenAttention(cfg, rotary), QwenMLP(cfg), cfg.hidden_size, cfg.rms_norm_eps)
+        super().__init__(QwenAttention(cfg, rotary, reduce_results=False), QwenMLP(cfg, reduce_results=False),
+                         cfg.hidden_size, cfg.rms_norm_eps)
 
 # %% ../nbs/09_qwen.ipynb #c008
 class QwenModel(nn.Module):
@@ -80,7 +87,7 @@ class QwenModel(nn.Module):
     def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers: x, residual = layer(positions, x, residual, meta)
-        return self.norm(x, residual)[0]
+        return self.layers[-1].sum_add_norm(self.norm, x, residual)[0]  # the last MLP's partial sums, reduced
 
 # %% ../nbs/09_qwen.ipynb #c010
 class QwenForCausalLM(nn.Module):

@@ -5,6 +5,7 @@
 # %% ../nbs/03a_triton_kernels.ipynb #c002
 from __future__ import annotations
 import functools, os
+from dataclasses import dataclass
 import torch
 from torch import Tensor
 from .kernels import linear_ref
@@ -16,8 +17,9 @@ except ImportError:  # the module still imports without triton; `available()` th
 jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
-__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'rotary',
-           'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'linear', 'TritonKernels']
+__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'PushBuffers',
+           'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'linear',
+           'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -102,6 +104,90 @@ def add_rms_norm(x: Tensor,         # [..., N]
     res_out = torch.empty_like(x)
     _norm_launch(x2[:, None], r2, weight, eps, out, res_out)
     return out, res_out
+
+# %% ../nbs/03a_triton_kernels.ipynb #bbee5fc4
+@dataclass
+class PushBuffers:
+    "Where `all_reduce_add_rms_norm` pushes: each rank's buffer `[2, world, max_rows, max_hidden]` int64, zeroed at start."
+    addresses: Tensor  # [world] int64 on the device: each rank's buffer, as mapped in this process
+    counters: Tensor   # [max_rows] int32 on the device: calls per row so far (zeros at start)
+    rank: int
+    max_rows: int
+    max_hidden: int
+
+    @property
+    def world(self) -> int: return self.addresses.numel()
+
+    def takes(self, x: Tensor) -> bool:
+        "Whether `x` `[T, N]` fits: at most `max_rows` rows of at most `max_hidden`, rows contiguous."
+        return x.dim() == 2 and x.shape[0] <= self.max_rows and x.shape[1] <= self.max_hidden and x.stride(-1) == 1
+
+@jit
+def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, addresses_ptr, counter_ptr, rank, N,
+                            stride_x, stride_res, max_rows, max_hidden, eps, WORLD: tl.constexpr,
+                            BLOCK_N: tl.constexpr, MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)       # the weight: before the wait
+    pdl_sync(PDL)
+    count = tl.load(counter_ptr + row)               # after the wait: an earlier call may still have been running
+    flag = count + 1
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    word = (flag.to(tl.int64) << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    half = (count % 2) * WORLD                       # [half, sender] blocks of [max_rows, max_hidden] words
+    block = max_rows.to(tl.int64) * max_hidden
+    at = row.to(tl.int64) * max_hidden + cols
+    for r in tl.static_range(WORLD):                 # push this rank's part into every peer's buffer
+        if r != rank:
+            peer = tl.load(addresses_ptr + r).to(tl.pointer_type(tl.int64))
+            tl.store(peer + (half + rank) * block + at, word, mask=mask)
+    mine = tl.load(addresses_ptr + rank).to(tl.pointer_type(tl.int64))
+    total = tl.zeros([BLOCK_N], tl.float32)
+    for r in tl.static_range(WORLD):                 # sum in rank order: the same bits on every rank
+        if r == rank: part = x
+        else:
+            src = mine + (half + r) * block + at
+            words = tl.load(src, mask=mask, other=0, volatile=True)
+            missing = tl.sum((((words >> 32).to(tl.int32) != flag) & mask).to(tl.int32), 0)
+            spins = 0
+            while (missing > 0) & (spins < MAX_SPINS):
+                words = tl.load(src, mask=mask, other=0, volatile=True)
+                missing = tl.sum((((words >> 32).to(tl.int32) != flag) & mask).to(tl.int32), 0)
+                spins += 1
+            part = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+            part = tl.where(missing > 0, float("nan"), part)  # the peer never came: NaN, not a hang
+        if r == 0: total = part
+        else: total += part
+    tl.store(counter_ptr + row, flag)
+    res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)
+    xr = (total.to(res.dtype).to(tl.float32) + res.to(tl.float32)).to(res.dtype)  # as all_reduce(x).to(dtype) + res
+    tl.store(res_out_ptr + row * N + cols, xr, mask=mask)
+    xf = xr.to(tl.float32)                           # from here on as `_rms_norm_kernel`
+    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
+    normed = (xf * rstd).to(xr.dtype).to(tl.float32)
+    tl.store(out_ptr + row * N + cols, normed * w, mask=mask)
+
+def all_reduce_add_rms_norm(x: Tensor,         # [T, N]: this rank's partial sum, any float dtype
+                            residual: Tensor,  # [T, N]
+                            weight: Tensor,    # [N]
+                            eps: float,
+                            bufs: PushBuffers,
+                            max_spins: int = 1 << 30,  # reads of a peer's words before giving up (NaN)
+                            ) -> tuple[Tensor, Tensor]:
+    "`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns `(normed, residual)`."
+    T, N = x.shape
+    if not bufs.takes(x): raise ValueError(f"{tuple(x.shape)} exceeds the push buffers' {bufs.max_rows} x {bufs.max_hidden}")
+    residual = residual if residual.stride(-1) == 1 else residual.contiguous()
+    out = torch.empty(x.shape, dtype=torch.promote_types(residual.dtype, weight.dtype), device=x.device)
+    res_out = torch.empty_like(residual)
+    BLOCK_N = triton.next_power_of_2(N)
+    _all_reduce_norm_kernel[(T,)](x, residual, weight, out, res_out, bufs.addresses, bufs.counters, bufs.rank, N,
+                                  x.stride(0), residual.stride(0), bufs.max_rows, bufs.max_hidden, eps,
+                                  WORLD=bufs.world, BLOCK_N=BLOCK_N, MAX_SPINS=max_spins, PDL=pdl(), launch_pdl=pdl(),
+                                  num_warps=8 if BLOCK_N >= 4096 else 4)
+    return out, res_out
+
 
 # %% ../nbs/03a_triton_kernels.ipynb #c017
 @jit

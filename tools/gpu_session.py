@@ -1,7 +1,7 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, smoke, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
+Stages: env, smoke, smoke-tp2, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
 agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
@@ -92,6 +92,17 @@ def stage_smoke():
         if rc != 0 or not json.loads(out.read_text())["identical"]:
             BENCH_FLAGS = " --no-async-scheduling"
             summary.append(f"!!! {preset}: async scheduling smoke test failed: benches run with{BENCH_FLAGS}")
+    keep()
+
+
+def stage_smoke_tp2():
+    "Tiny Qwen3 and DeepSeek at TP=2: graphs / eager / NCCL-only all-reduces (no fused all-reduce + norm) give the same tokens."
+    for preset in ("qwen3-tiny", "deepseek-v2-tiny"):
+        path = CKPT / preset
+        if not (path / "config.json").exists():
+            sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """)
+        sh(f"{PY} tools/graphs_identity.py {path} -tp 2 --tokens 64 --modes graphs,eager,graphs-nccl,eager-nccl "
+           f"--out {RES}/smoke-tp2-{preset}.json", 240)
     keep()
 
 

@@ -4,16 +4,19 @@
 Usage (GPU):  python tools/graphs_identity.py MODEL_DIR --out results/graphs-identity.json [--modes graphs,eager,graphs-sync]
 Random-token prompts (B=1 and B=16, 16-64 tokens), 128 greedy tokens each, EOS ignored; the JSON lists, per prompt and
 per mode, the first position where the mode differs from the first mode (null: identical), and the exact command.
-Modes: `graphs` / `eager` (CUDA graphs on / off), with `-sync` for async scheduling off.
+Modes: `graphs` / `eager` (CUDA graphs on / off), with `-sync` for async scheduling off and `-nccl` for NCCL
+all-reduces only (no symmetric-memory one-shot, no fused all-reduce + add + RMSNorm: with `-tp 2` that checks the
+fused kernel against the unfused path, bit for bit).
 """
 import argparse, gc, json, random, sys, time
 import torch
 from metainfer import LLM, SamplingParams
 
 
-def greedy(model: str, mode: str, batches: dict[str, list[list[int]]], tokens: int) -> dict[str, list[list[int]]]:
-    llm = LLM(model, enforce_eager=mode.startswith("eager"), async_scheduling=not mode.endswith("-sync"),
-              max_model_len=4096, gpu_memory_utilization=0.5)
+def greedy(model: str, mode: str, batches: dict[str, list[list[int]]], tokens: int, tp: int = 1) -> dict[str, list[list[int]]]:
+    llm = LLM(model, enforce_eager=mode.startswith("eager"), async_scheduling="-sync" not in mode,
+              disable_custom_all_reduce="-nccl" in mode, tensor_parallel_size=tp, max_model_len=4096,
+              gpu_memory_utilization=0.5)
     params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
     out = {name: [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
            for name, prompts in batches.items()}
@@ -28,16 +31,17 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("model"); p.add_argument("--tokens", type=int, default=128); p.add_argument("--out", required=True)
-    p.add_argument("--modes", default="graphs,eager", help="comma-separated: graphs, eager, graphs-sync, eager-sync")
+    p.add_argument("--modes", default="graphs,eager", help="comma-separated: graphs or eager, optionally + -sync, -nccl")
+    p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
     args = p.parse_args()
     rng = random.Random(0)
     vocab = json.load(open(f"{args.model}/config.json"))["vocab_size"]
     batches = {f"B={b}": [[rng.randrange(vocab) for _ in range(rng.randint(16, 64))] for _ in range(b)] for b in (1, 16)}
     start = time.time()
     modes = args.modes.split(",")
-    runs = {m: greedy(args.model, m, batches, args.tokens) for m in modes}
+    runs = {m: greedy(args.model, m, batches, args.tokens, args.tensor_parallel_size) for m in modes}
     base = runs[modes[0]]
-    res = {"command": " ".join(["python", *sys.argv]), "tokens": args.tokens, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    res = {"command": " ".join(["python", *sys.argv]), "tokens": args.tokens, "tensor_parallel_size": args.tensor_parallel_size, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
            "modes": modes, "first_difference": {m: {k: [first_difference(a, b) for a, b in zip(base[k], runs[m][k])]
                                                      for k in batches} for m in modes[1:]}}
     res["identical"] = all(d is None for per in res["first_difference"].values() for ds in per.values() for d in ds)
