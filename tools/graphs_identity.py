@@ -33,13 +33,25 @@ def main() -> None:
     p.add_argument("model"); p.add_argument("--tokens", type=int, default=128); p.add_argument("--out", required=True)
     p.add_argument("--modes", default="graphs,eager", help="comma-separated: graphs or eager, optionally + -sync, -nccl")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--one-mode-to", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     rng = random.Random(0)
     vocab = json.load(open(f"{args.model}/config.json"))["vocab_size"]
     batches = {f"B={b}": [[rng.randrange(vocab) for _ in range(rng.randint(16, 64))] for _ in range(b)] for b in (1, 16)}
     start = time.time()
     modes = args.modes.split(",")
-    runs = {m: greedy(args.model, m, batches, args.tokens, args.tensor_parallel_size) for m in modes}
+    if args.one_mode_to:  # a child of the run below: one mode, tokens to a file
+        with open(args.one_mode_to, "w") as f: json.dump(greedy(args.model, modes[0], batches, args.tokens, args.tensor_parallel_size), f)
+        return
+    if args.tensor_parallel_size == 1: runs = {m: greedy(args.model, m, batches, args.tokens) for m in modes}
+    else:  # a second TP engine in one process hangs in symmetric-memory rendezvous (run37): one process per mode
+        import subprocess, tempfile
+        runs = {}
+        for m in modes:
+            with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+                subprocess.run([sys.executable, __file__, args.model, "--tokens", str(args.tokens), "--modes", m,
+                                "-tp", str(args.tensor_parallel_size), "--out", args.out, "--one-mode-to", tmp.name], check=True)
+                runs[m] = json.load(open(tmp.name))
     base = runs[modes[0]]
     res = {"command": " ".join(["python", *sys.argv]), "tokens": args.tokens, "tensor_parallel_size": args.tensor_parallel_size, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
            "modes": modes, "first_difference": {m: {k: [first_difference(a, b) for a, b in zip(base[k], runs[m][k])]
