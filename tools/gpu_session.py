@@ -97,7 +97,7 @@ def stage_smoke():
 
 def stage_smoke_tp2():
     "Tiny Qwen3 and DeepSeek at TP=2: graphs / graphs with NCCL-only all-reduces (no fused all-reduce + norm) / eager give the same tokens."
-    for preset in ("qwen3-tiny", "deepseek-v2-tiny"):
+    for preset in os.environ.get("SMOKE_PRESETS", "qwen3-tiny deepseek-v2-tiny").split():
         path = CKPT / preset
         if not (path / "config.json").exists():
             sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """)
