@@ -15,7 +15,7 @@ __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes'
            'random_prompts', 'run_latency', 'run_throughput', 'hf_generate_decode', 'hf_compiled_decode',
            'hf_decode_rate', 'top1_and_gap', 'engine_top1', 'hf_top1', 'decisive', 'agreement', 'kernel_category',
            'idle_split', 'charged_times', 'host_profile_steps', 'profile_steps', 'environment', 'plot_bars',
-           'bench_main', 'add_bench_arguments', 'allreduce_main']
+           'bench_main', 'add_bench_arguments', 'plot_allreduce', 'allreduce_main']
 
 # %% ../nbs/18_bench.ipynb #c004
 def _time_cuda(fn, iters: int) -> float:
@@ -481,6 +481,30 @@ def _fused_norm_rows(comm, device: torch.device, hidden: int = 4096) -> list[dic
                         "identical_to_unfused": same})
     return out
 
+def plot_allreduce(res: dict, path: Path) -> None:
+    "Latency against message size per communicator, eager and in a graph; beside it, the fused reduce + norm if timed."
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows, fused = res["rows"], res.get("fused_norm") or []
+    fig, axes = plt.subplots(1, 2 if fused else 1, figsize=(13 if fused else 7, 4), squeeze=False)
+    ax = axes[0][0]
+    for comm in sorted({r["comm"] for r in rows}):
+        for mode, ls in (("eager_us", "-"), ("graph_us", "--")):
+            pts = [(r["bytes"] / 1024, r[mode]) for r in rows if r["comm"] == comm]
+            ax.plot(*zip(*pts), ls, marker="o", label=f"{comm} {mode[:-3]}")
+    ax.set_xscale("log", base=2); ax.set_xlabel("message KB (bf16)"); ax.set_ylabel("µs"); ax.legend()
+    ax.set_title(f"all-reduce latency, {res['gpus']} GPUs")
+    if fused:
+        ax, paths = axes[0][1], list(dict.fromkeys(r["path"] for r in fused))
+        n_rows = sorted({r["rows"] for r in fused})
+        for i, p in enumerate(paths):
+            ax.bar([j + 0.4 * i for j in range(len(n_rows))], [next(r["graph_us"] for r in fused if r["path"] == p and r["rows"] == n)
+                                                             for n in n_rows], 0.4, label=p)
+        ax.set_xticks([j + 0.2 for j in range(len(n_rows))], [f"{n} x {fused[0]['hidden']}" for n in n_rows])
+        ax.set_xlabel("rows x hidden (float32 partials)"); ax.set_ylabel("µs per call, in a CUDA graph"); ax.legend()
+        ax.set_title("all-reduce + residual add + RMSNorm")
+    fig.tight_layout(); fig.savefig(path, dpi=120)
+
 def allreduce_main(args) -> list[dict]:
     "Time all-reduce on every GPU of this machine; JSON and a plot."
     import torch.multiprocessing as mp
@@ -496,15 +520,7 @@ def allreduce_main(args) -> list[dict]:
     res = {"command": " ".join(["metainfer", "bench", *sys.argv[2:]]), "gpus": size, "rows": rows, "fused_norm": got["fused"],
            "hardware": environment(torch.device("cuda", 0)), "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     (out / f"{name}.json").write_text(json.dumps(res, indent=1))
-    import matplotlib; matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for comm in sorted({r["comm"] for r in rows}):
-        for mode, ls in (("eager_us", "-"), ("graph_us", "--")):
-            pts = [(r["bytes"] / 1024, r[mode]) for r in rows if r["comm"] == comm]
-            ax.plot(*zip(*pts), ls, marker="o", label=f"{comm} {mode[:-3]}")
-    ax.set_xscale("log", base=2); ax.set_xlabel("message KB (bf16)"); ax.set_ylabel("µs"); ax.legend()
-    ax.set_title(f"all-reduce latency, {size} GPUs"); fig.tight_layout(); fig.savefig(out / f"{name}.png", dpi=120)
+    plot_allreduce(res, out / f"{name}.png")
     for r in rows: print(f"{r['bytes'] >> 10:>6} KB {r['comm']:>9}: eager {r['eager_us']:7.1f} µs, graph {r['graph_us']:7.1f} µs")
     for r in got["fused"]: print(f"{r['rows']:>3} rows x {r['hidden']} {r['path']:>30}: eager {r['eager_us']:7.1f} µs, graph "
                                  f"{r['graph_us']:7.1f} µs; same bits as unfused: {r['identical_to_unfused']}")
