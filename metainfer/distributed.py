@@ -52,13 +52,13 @@ class SymmMemCommunicator(TorchDistCommunicator):
         from metainfer import triton_kernels
         group = group or dist.group.WORLD
         self.bufs = {dt: symm_mem.empty(max_bytes // dt.itemsize, dtype=dt, device=device) for dt in dict.fromkeys(dtypes)}
-        for buf in self.bufs.values(): symm_mem.rendezvous(buf, group)
+        for buf in self.bufs.values(): _rendezvous(buf, group)
         self.group_name = group.group_name
         self.push = None  # the fused all-reduce + add + RMSNorm's buffers, where Triton runs compiled
         if triton_kernels.available() and not triton_kernels.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(2 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
-            ptrs = symm_mem.rendezvous(buf, group).buffer_ptrs   # each rank's allocation; buf may sit inside one
+            ptrs = _rendezvous(buf, group).buffer_ptrs   # each rank's allocation; buf may sit inside one
             at = buf.data_ptr() - ptrs[rank]
             self.push = triton_kernels.PushBuffers(torch.tensor([p + at for p in ptrs], device=device),
                                                    torch.zeros(max_rows, dtype=torch.int32, device=device), rank,
@@ -75,6 +75,15 @@ class SymmMemCommunicator(TorchDistCommunicator):
         if self.push is None or not self.push.takes(x): return super().all_reduce_add_rms_norm(x, residual, weight, eps)
         from metainfer.triton_kernels import all_reduce_add_rms_norm
         return all_reduce_add_rms_norm(x, residual, weight, eps, self.push)
+
+_rendezvous_count = 0  # symmetric-memory rendezvous this process has done
+
+def _rendezvous(buf: Tensor, group):
+    "`symm_mem.rendezvous`, counted (see `fast_communicator`)."
+    global _rendezvous_count
+    import torch.distributed._symmetric_memory as symm_mem
+    _rendezvous_count += 1
+    return symm_mem.rendezvous(buf, group)
 
 def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
     "Whether `comm` sums a small and a large message correctly (run on every rank)."
@@ -217,7 +226,17 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     return set_tp(ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size))
 
 def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.dtype) -> SymmMemCommunicator | None:
-    "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built or gives wrong sums."
+    "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built, gives wrong sums, or can't meet."
+    # PyTorch numbers a process's symmetric-memory rendezvous per process, not per group (pytorch#196082): after an
+    # earlier TP engine in this process, rank 0 would wait on other store keys than its fresh workers, forever
+    counts = torch.tensor([_rendezvous_count, -_rendezvous_count], device=device)
+    dist.all_reduce(counts, op=dist.ReduceOp.MAX)            # (most, -fewest) rendezvous done on any rank
+    if int(counts[0]) != -int(counts[1]):
+        if rank == 0:
+            import logging
+            logging.getLogger("metainfer").warning("symmetric memory was set up earlier in this process: this engine's "
+                                                   "all-reduces go through NCCL (a second rendezvous would hang)")
+        return None
     try: comm, ok = SymmMemCommunicator(None, device, (dtype, torch.float32)), None
     except Exception: comm, ok = None, False
     if ok is None:
