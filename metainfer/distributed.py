@@ -58,6 +58,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
         if triton_kernels.available() and not triton_kernels.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(2 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
+            torch.cuda.synchronize(device); dist.barrier(group)  # zeroed on every rank before any rank pushes
             ptrs = _rendezvous(buf, group).buffer_ptrs   # each rank's allocation; buf may sit inside one
             at = buf.data_ptr() - ptrs[rank]
             self.push = triton_kernels.PushBuffers(torch.tensor([p + at for p in ptrs], device=device),
@@ -86,17 +87,17 @@ def _rendezvous(buf: Tensor, group):
     return symm_mem.rendezvous(buf, group)
 
 def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
-    "Whether `comm` sums a small and a large message correctly (run on every rank)."
+    "Whether `comm` sums a small and a large message correctly (run on every rank; every call runs, whatever an earlier one gave)."
+    ok = True
     for n in (4096, 1 << 20):
         x = torch.full((n,), float(rank + 1), device=device, dtype=dtype)
-        if not torch.equal(comm.all_reduce(x), torch.full_like(x, size * (size + 1) / 2)): return False
+        ok &= torch.equal(comm.all_reduce(x), torch.full_like(x, size * (size + 1) / 2))
     for rows in (1, 40):  # fused with add + RMSNorm (if the communicator fuses: up to its max_rows, then unfused)
         x, res = torch.full((rows, 64), float(rank + 1), device=device, dtype=dtype), torch.ones(rows, 64, device=device)
         normed, res = comm.all_reduce_add_rms_norm(x, res.to(dtype), torch.ones(64, device=device, dtype=dtype), 0.0)
         ones = torch.ones_like(normed, dtype=torch.float32)  # a constant row normalizes to 1 (up to rounding)
-        if not (torch.equal(res, torch.full_like(res, size * (size + 1) / 2 + 1)) and torch.allclose(normed.float(), ones, atol=1e-2)):
-            return False
-    return True
+        ok &= torch.equal(res, torch.full_like(res, size * (size + 1) / 2 + 1)) and torch.allclose(normed.float(), ones, atol=1e-2)
+    return bool(ok)
 
 # %% ../nbs/04_distributed.ipynb #c008
 class ControlChannel:

@@ -135,7 +135,8 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
     flag = count + 1
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     word = (flag.to(tl.int64) << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
-    half = (count % 2) * WORLD                       # [half, sender] blocks of [max_rows, max_hidden] words
+    half = (count & 1) * WORLD                       # [half, sender] blocks of [max_rows, max_hidden] words
+                                                     # (`&`: `%` of a negative count, past 2^31 calls, is -1)
     block = max_rows.to(tl.int64) * max_hidden
     at = row.to(tl.int64) * max_hidden + cols
     for r in tl.static_range(WORLD):                 # push this rank's part into every peer's buffer

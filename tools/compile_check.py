@@ -82,10 +82,10 @@ def calls():
             out += [(f"rotary neox={neox} T={T}", lambda q=q, k=k, p=pos, n=neox: tk.rotary(q, k, p, cache, n)),
                     (f"rotary+norms neox={neox} T={T}",
                      lambda q=q, k=k, p=pos, n=neox: tk.rotary(q, k, p, cache, n, r(128), r(128), 1e-6))]
-        for world in (2, 4):  # the TP all-reduce fused with the next add + norm: fp32 partials (Qwen), bf16 (MoE)
-            bufs = tk.PushBuffers(torch.zeros(world, dtype=torch.int64), torch.zeros(32, dtype=torch.int32), 1, 32, 8192)
-            for dt in (torch.float32, BF):
-                out.append((f"all_reduce_add_rms_norm world={world} {dt} T={T}", lambda x=x, res=res, w=w, b=bufs, dt=dt:
+        for world, rank in ((2, 0), (2, 1), (4, 2)):  # the TP all-reduce fused with the next add + norm, fp32 partials
+            bufs = tk.PushBuffers(torch.zeros(world, dtype=torch.int64), torch.zeros(32, dtype=torch.int32), rank, 32, 8192)
+            for dt in (torch.float32, BF):          # (Qwen) and bf16 (MoE); rank 1 and 0 are specializations of their own
+                out.append((f"all_reduce_add_rms_norm world={world} rank={rank} {dt} T={T}", lambda x=x, res=res, w=w, b=bufs, dt=dt:
                             tk.all_reduce_add_rms_norm(x.to(dt), res, w, 1e-6, b)))
         out.append((f"rotary dim 64 (MLA) T={T}",  # DeepSeek: the rope part of q and the shared k_pe
                     lambda T=T: tk.rotary(r(T, 16, 64), r(T, 1, 64), torch.arange(T), cache64, False)))

@@ -50,8 +50,9 @@ def main() -> None:
         for m in modes:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 subprocess.run([sys.executable, __file__, args.model, "--tokens", str(args.tokens), "--modes", m,
-                                "-tp", str(args.tensor_parallel_size), "--out", args.out, "--one-mode-to", tmp.name], check=True)
-                runs[m] = json.load(open(tmp.name))
+                                "-tp", str(args.tensor_parallel_size), "--out", tmp.name, "--one-mode-to", tmp.name],
+                               check=True, timeout=600)
+                with open(tmp.name) as f: runs[m] = json.load(f)
     base = runs[modes[0]]
     res = {"command": " ".join(["python", *sys.argv]), "tokens": args.tokens, "tensor_parallel_size": args.tensor_parallel_size, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
            "modes": modes, "first_difference": {m: {k: [first_difference(a, b) for a, b in zip(base[k], runs[m][k])]
