@@ -18,8 +18,8 @@ jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
 __all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'PushBuffers',
-           'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'linear',
-           'TritonKernels']
+           'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'gemv_tiles',
+           'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -327,12 +327,16 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs, out in the input's dtype"
     x1 = x.reshape(K).contiguous()
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
-    BLOCK_N = 8 if triton.cdiv(N, 8) >= 4 * num_sms(x.device) else 4  # with act too: a row sums in the same order
-    BLOCK_K = min(1024, triton.next_power_of_2(K))
-    _gemv_kernel[(triton.cdiv(N, BLOCK_N),)](x1, weight, bias, out, N, K, weight.stride(0), HAS_BIAS=bias is not None,
-                                             SILU_MUL=act is not None, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                                             PDL=pdl(), launch_pdl=pdl(), num_warps=4, num_stages=3)
+    tiles = gemv_tiles(N, K, x.device)
+    _gemv_kernel[(triton.cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, N, K, weight.stride(0),
+                                                      HAS_BIAS=bias is not None, SILU_MUL=act is not None,
+                                                      PDL=pdl(), launch_pdl=pdl(), **tiles)
     return out
+
+def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
+    "The GEMV's tile and launch options for an `[N, K]` weight (`tools/step_chain.py --gemv-tiles` tries others)."
+    return dict(BLOCK_N=8 if triton.cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
+                BLOCK_K=min(1024, triton.next_power_of_2(K)), num_warps=4, num_stages=3)
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
            act: str | None = None) -> Tensor:

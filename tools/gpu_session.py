@@ -4,7 +4,7 @@ Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py
 Stages: env, smoke, smoke-tp2, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
-agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
+agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, step-chain-tp2, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
 (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
@@ -317,6 +317,13 @@ def stage_decode_tiles():
 def stage_step_chain():
     "A B=1 Qwen3-8B step of the package's kernels (random weights, no engine), per launch option."
     sh(f"{PY} tools/step_chain.py --out {RES}/step-chain-h200.json", 200)
+    keep()
+
+
+def stage_step_chain_tp2():
+    "One rank's B=1 step of Qwen3-8B at TP=2 (no all-reduce), with GEMV tile candidates: the GEMVs ran at 94 % of the copy rate at TP=2 (run37)."
+    tiles = '[{"BLOCK_N": 8}, {"BLOCK_N": 4}, {"BLOCK_K": 512}, {"num_stages": 4}, {"num_warps": 8}, {"BLOCK_N": 8, "BLOCK_K": 512}]'
+    sh(f"{PY} tools/step_chain.py --tp 2 --gemv-tiles '{tiles}' --out {RES}/step-chain-tp2-h200.json", 300)
     keep()
 
 
