@@ -13,9 +13,9 @@ from torch import Tensor
 from .kernels import ops
 
 # %% auto #0
-__all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'check_all_reduce', 'ControlChannel', 'ParallelInfo', 'get_tp',
-           'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel', 'install_stack_dumps',
-           'free_port']
+__all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'same_on_every_rank', 'check_all_reduce', 'ControlChannel',
+           'ParallelInfo', 'get_tp', 'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel',
+           'install_stack_dumps', 'free_port']
 
 # %% ../nbs/04_distributed.ipynb #c004
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
@@ -85,6 +85,12 @@ def _rendezvous(buf: Tensor, group):
     import torch.distributed._symmetric_memory as symm_mem
     _rendezvous_count += 1
     return symm_mem.rendezvous(buf, group)
+
+def same_on_every_rank(value: int, device: torch.device, group=None) -> bool:
+    "Whether every rank of the group passed the same `value` (a collective: every rank calls it)."
+    most = torch.tensor([value, -value], device=device)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)   # (largest, -smallest)
+    return int(most[0]) == -int(most[1])
 
 def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
     "Whether `comm` sums a small and a large message correctly (run on every rank; every call runs, whatever an earlier one gave)."
@@ -230,9 +236,7 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
     "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built, gives wrong sums, or can't meet."
     # PyTorch numbers a process's symmetric-memory rendezvous per process, not per group (pytorch#196082): after an
     # earlier TP engine in this process, rank 0 would wait on other store keys than its fresh workers, forever
-    counts = torch.tensor([_rendezvous_count, -_rendezvous_count], device=device)
-    dist.all_reduce(counts, op=dist.ReduceOp.MAX)            # (most, -fewest) rendezvous done on any rank
-    if int(counts[0]) != -int(counts[1]):
+    if not same_on_every_rank(_rendezvous_count, device):
         if rank == 0:
             import logging
             logging.getLogger("metainfer").warning("symmetric memory was set up earlier in this process: this engine's "

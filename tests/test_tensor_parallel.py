@@ -136,3 +136,25 @@ def test_control_channel_sender_notices_a_dead_reader():
     result = out.get(timeout=60)
     for p in procs: p.join(10)
     assert result[:2] == ("raised", "rank 1 is gone") and result[2] < 5
+
+
+def _same_on_every_rank(rank: int, port: int, values: list[int], out) -> None:
+    import torch, torch.distributed as dist
+    from metainfer.distributed import same_on_every_rank
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(values))
+    out.put((rank, same_on_every_rank(values[rank], torch.device("cpu"))))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("values,expected", [([3, 3], True), ([3, 0], False), ([0, 5], False)])
+def test_same_on_every_rank(values, expected):
+    """The guard before symmetric-memory rendezvous (a second TP engine in one process: rank 0 has done some, its fresh
+    workers none) answers alike on every rank."""
+    from metainfer.distributed import free_port
+    ctx = mp.get_context("spawn")
+    out, port = ctx.Queue(), free_port()
+    procs = [ctx.Process(target=_same_on_every_rank, args=(r, port, values, out)) for r in range(len(values))]
+    for p in procs: p.start()
+    got = dict(out.get(timeout=120) for _ in procs)
+    for p in procs: p.join(30)
+    assert got == {r: expected for r in range(len(values))}
