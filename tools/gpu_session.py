@@ -1,7 +1,7 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, smoke, smoke-tp2, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
+Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
 agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, step-chain-tp2, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
@@ -104,6 +104,22 @@ def stage_smoke_tp2():
         sh(f"{PY} tools/graphs_identity.py {path} -tp 2 --tokens 64 --modes graphs,graphs-nccl,eager "
            f"--out {RES}/smoke-tp2-{preset}.json", 240)
     keep()
+
+
+def stage_tp2_twice():
+    "Two TP=2 engines one after the other in one process: the second must start (NCCL all-reduces, a warning), not hang."
+    path = CKPT / "qwen3-tiny"
+    if not (path / "config.json").exists():
+        sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', 'qwen3-tiny', dtype=torch.bfloat16)" """)
+    sh(f"""{PY} - <<'EOF'
+from metainfer import LLM, SamplingParams
+outs = []
+for _ in range(2):
+    with LLM("{path}", tensor_parallel_size=2, gpu_memory_utilization=0.3) as llm:
+        outs.append(llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids)
+print("tp2-twice tokens", outs)
+assert outs[0] == outs[1]
+EOF""", 180)
 
 
 def stage_nbtest():
