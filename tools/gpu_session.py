@@ -111,15 +111,18 @@ def stage_tp2_twice():
     path = CKPT / "qwen3-tiny"
     if not (path / "config.json").exists():
         sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', 'qwen3-tiny', dtype=torch.bfloat16)" """)
-    sh(f"""{PY} - <<'EOF'
-from metainfer import LLM, SamplingParams
-outs = []
-for _ in range(2):
-    with LLM("{path}", tensor_parallel_size=2, gpu_memory_utilization=0.3) as llm:
-        outs.append(llm.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids)
-print("tp2-twice tokens", outs)
-assert outs[0] == outs[1]
-EOF""", 180)
+    script = KEEP.parent / "tp2_twice.py"  # a file: spawned workers re-import the main module (no `python -`)
+    script.write_text(f"""from metainfer import LLM, SamplingParams
+if __name__ == "__main__":
+    outs = []
+    for _ in range(2):
+        with LLM("{path}", tensor_parallel_size=2, gpu_memory_utilization=0.3) as llm:
+            p = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+            outs.append(llm.generate([[1, 2, 3]], p, use_tqdm=False)[0].outputs[0].token_ids)
+    print("tp2-twice tokens", outs)
+    assert outs[0] == outs[1]
+""")
+    sh(f"{PY} {script}", 180)
 
 
 def stage_nbtest():
