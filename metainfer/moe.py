@@ -112,8 +112,11 @@ class FusedMoE(nn.Module):
 
     def forward(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None) -> Tensor:
         "This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless `reduce_results=False`."
-        y = moe_ops.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, self.expert_start, add)
-        return self.tp.all_reduce(y) if self.reduce_results else y
+        # 16 bits under TP: the partial sum in float32, rounded once after the sum (as `RowParallelLinear`'s)
+        partial_dtype = torch.float32 if self.tp.size > 1 and x.dtype in (torch.float16, torch.bfloat16) else None
+        y = moe_ops.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, self.expert_start, add,
+                              out_dtype=partial_dtype)
+        return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
 
 # %% ../nbs/09b_moe.ipynb #c019
 def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
@@ -123,7 +126,7 @@ def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
 
 # %% ../nbs/09b_moe.ipynb #c022
 def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor, topk_ids: Tensor,
-                  expert_start: int = 0, add: Tensor | None = None) -> Tensor:
+                  expert_start: int = 0, add: Tensor | None = None, out_dtype: torch.dtype | None = None) -> Tensor:
     "`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il, D]`, `down` `[El, D, Il]`)."
     El, K = gate_up.shape[0], topk_ids.shape[1]
     local = topk_ids - expert_start
@@ -140,7 +143,7 @@ def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor
             y = (F.silu(gate) * up) @ down[e].T                              # [n, D]
             out.index_add_(0, token[rows], y.float() * topk_weights.flatten()[order[rows], None])
         start += counts[e]
-    return (out if add is None else out + add.float()).to(x.dtype)
+    return (out if add is None else out + add.float()).to(out_dtype or x.dtype)
 
 class TorchMoE:
     "Pure-torch routed experts: the CPU path and the oracle."
@@ -168,5 +171,5 @@ class DeepseekMoE(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         shared = None if self.shared_experts is None else self.shared_experts(x)
-        y = self.experts(x, *self.gate(x), add=shared)
-        return self.experts.tp.all_reduce(y) if self.reduce_results else y
+        y = self.experts(x, *self.gate(x), add=shared)  # float32 under TP in 16 bits: rounded once, after the sum
+        return self.experts.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y

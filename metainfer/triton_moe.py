@@ -205,7 +205,8 @@ def fused_moe(x: Tensor,             # [T, D]
               topk_ids: Tensor,      # [T, K]
               expert_start: int = 0,
               add: Tensor | None = None,  # [T, D], added to the output (the shared experts' part)
-              block_m: int | None = None) -> Tensor:
+              block_m: int | None = None,
+              out_dtype: torch.dtype | None = None) -> Tensor:  # float32: a partial sum for the all-reduce
     "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped GEMMs."
     T, D = x.shape
     El, Il, K = gate_up.shape[0], down.shape[2], topk_ids.shape[1]
@@ -228,7 +229,7 @@ def fused_moe(x: Tensor,             # [T, D]
         h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, D, Il,
         h.stride(0), down.stride(0), down.stride(1), out.stride(0), PAIR_TILES=pair_tiles, GATED=False,
         GATHER_TOKENS=False, SCALE=True, PRECISION=precision, PDL=pdl(), launch_pdl=pdl(), **tiles)
-    y = torch.empty(T, D, dtype=x.dtype, device=x.device)
+    y = torch.empty(T, D, dtype=out_dtype or x.dtype, device=x.device)
     if add is not None: add = add.contiguous()
     _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,
                                               BLOCK_D=256, PDL=pdl(), launch_pdl=pdl(), num_warps=2)

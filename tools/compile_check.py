@@ -140,7 +140,10 @@ def calls():
                 (f"fused_moe T={T}", lambda T=T, ids=ids, wts=wts: te.fused_moe(r(T, 2048), r(64, 2 * 1408, 2048),
                                                                               r(64, 2048, 1408), wts, ids)),
                 (f"fused_moe + shared T={T}", lambda T=T, ids=ids, wts=wts: te.fused_moe(
-                    r(T, 2048), r(64, 2 * 1408, 2048), r(64, 2048, 1408), wts, ids, add=r(T, 2048)))]
+                    r(T, 2048), r(64, 2 * 1408, 2048), r(64, 2048, 1408), wts, ids, add=r(T, 2048))),
+                (f"fused_moe + fp32 shared, fp32 partial out (TP) T={T}", lambda T=T, ids=ids, wts=wts: te.fused_moe(
+                    r(T, 2048), r(32, 2 * 1408, 2048), r(32, 2048, 1408), wts, ids, 32, add=r(T, 2048, dt=torch.float32),
+                    out_dtype=torch.float32))]
     return out
 
 
