@@ -54,7 +54,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
         self.bufs = {dt: symm_mem.empty(max_bytes // dt.itemsize, dtype=dt, device=device) for dt in dict.fromkeys(dtypes)}
         for buf in self.bufs.values(): _rendezvous(buf, group)
         self.group_name = group.group_name
-        self.push = None  # the fused all-reduce + add + RMSNorm's buffers, where Triton runs compiled
+        self.push, self.fused = None, triton_kernels.all_reduce_add_rms_norm  # the fused kernel's buffers, where Triton runs compiled
         if triton_kernels.available() and not triton_kernels.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(2 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
@@ -74,8 +74,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
 
     def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         if self.push is None or not self.push.takes(x): return super().all_reduce_add_rms_norm(x, residual, weight, eps)
-        from metainfer.triton_kernels import all_reduce_add_rms_norm
-        return all_reduce_add_rms_norm(x, residual, weight, eps, self.push)
+        return self.fused(x, residual, weight, eps, self.push)
 
 _rendezvous_count = 0  # symmetric-memory rendezvous this process has done
 
@@ -197,6 +196,10 @@ class ParallelInfo:
     def broadcast(self, x: Tensor, src: int = 0) -> Tensor:
         "Every rank gets rank `src`'s `x`, in place."
         return x if self.size == 1 else self.comm.broadcast(x, src)
+
+    def partial_dtype(self, dtype: torch.dtype) -> torch.dtype | None:
+        "The dtype a rank's partial sum is kept in: float32 for 16-bit activations under TP (rounded once, after the sum)."
+        return torch.float32 if self.size > 1 and dtype in (torch.float16, torch.bfloat16) else None
 
     def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
         "`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed."

@@ -129,6 +129,5 @@ class RowParallelLinear(LinearBase):
         bias = self.bias if self.tp.rank == 0 else None
         # half precision under TP: the partial products in float32, so that each output is rounded once, after the
         # sum, as TP=1's single GEMM rounds it
-        partial_dtype = torch.float32 if self.tp.size > 1 and x.dtype in (torch.float16, torch.bfloat16) else None
-        y = ops.linear(x, self.weight, bias, out_dtype=partial_dtype)
+        y = ops.linear(x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype))
         return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y

@@ -113,9 +113,8 @@ class FusedMoE(nn.Module):
     def forward(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None) -> Tensor:
         "This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless `reduce_results=False`."
         # 16 bits under TP: the partial sum in float32, rounded once after the sum (as `RowParallelLinear`'s)
-        partial_dtype = torch.float32 if self.tp.size > 1 and x.dtype in (torch.float16, torch.bfloat16) else None
         y = moe_ops.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, self.expert_start, add,
-                              out_dtype=partial_dtype)
+                              out_dtype=self.tp.partial_dtype(x.dtype))
         return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
 
 # %% ../nbs/09b_moe.ipynb #c019
