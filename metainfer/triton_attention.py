@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from .attention import AttentionMetadata, batch_bucket
 from .kernels import Rope
-from .triton_kernels import available, jit, triton, tl, num_sms, pdl, pdl_sync
+from .triton_kernels import available, jit, triton, tl, cdiv, next_pow2, num_sms, pdl, pdl_sync
 
 # %% auto #0
 __all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'merge_counters', 'paged_decode', 'varlen_available',
@@ -38,7 +38,7 @@ def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
         raise ValueError("K and V pools must share strides, with a contiguous last dim")
     return k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)
 
-def _block_d(head_dim: int) -> int: return max(16, triton.next_power_of_2(head_dim))  # tl.dot needs K >= 16
+def _block_d(head_dim: int) -> int: return max(16, next_pow2(head_dim))  # tl.dot needs K >= 16
 
 def store_kv(k: Tensor,             # [T, Hk, D]
              v: Tensor,             # [T, Hk, D]
@@ -51,7 +51,7 @@ def store_kv(k: Tensor,             # [T, Hk, D]
     T, Hk, D = k.shape
     _store_kv_kernel[(T,)](k, v, k_cache, v_cache, slot_mapping, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                            *_cache_strides(k_cache, v_cache), Hk, PAGE=k_cache.shape[1], HEAD_DIM=D,
-                           BLOCK_H=triton.next_power_of_2(Hk), BLOCK_D=triton.next_power_of_2(D), PDL=pdl(),
+                           BLOCK_H=next_pow2(Hk), BLOCK_D=next_pow2(D), PDL=pdl(),
                            launch_pdl=pdl(), num_warps=1)
 
 # %% ../nbs/07a_triton_attention.ipynb #c011
@@ -141,10 +141,10 @@ def paged_prefill(q: Tensor,              # [T, H, D]
     "Causal attention of each sequence's new queries to its whole context in the pools: `[T, H, D]`."
     T, H, D = q.shape
     Hk = k_cache.shape[2]
-    BLOCK_G = triton.next_power_of_2(H // Hk)
+    BLOCK_G = next_pow2(H // Hk)
     BLOCK_Q = max(1, block_m // BLOCK_G)
     out = torch.empty_like(q)
-    grid = (triton.cdiv(meta.max_seqlen_q, BLOCK_Q), Hk, meta.context_lens.shape[0])
+    grid = (cdiv(meta.max_seqlen_q, BLOCK_Q), Hk, meta.context_lens.shape[0])
     _prefill_kernel[grid](q, out, k_cache, v_cache, meta.block_tables, meta.cu_seqlens_q, meta.context_lens,
                           q.stride(0), q.stride(1), out.stride(0), out.stride(1), meta.block_tables.stride(0),
                           *_cache_strides(k_cache, v_cache), scale * LOG2E, GROUP=H // Hk, BLOCK_G=BLOCK_G,
@@ -282,8 +282,8 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, ct
 def decode_splits(batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256) -> int:
     "How many pieces to split each context into: about 4 programs per multiprocessor, of at least `min_tokens` each."
     # from the bucketed batch, so a step splits (and sums) alike with and without CUDA graphs, which pad to the bucket
-    programs = triton.cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
-    return max(1, min(programs, triton.cdiv(max_context, min_tokens), 128))
+    programs = cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
+    return max(1, min(programs, cdiv(max_context, min_tokens), 128))
 
 _counters: dict[torch.device, list[Tensor]] = {}  # per device: its merge counters (older, smaller ones kept alive)
 
@@ -324,8 +324,8 @@ def paged_decode(q: Tensor,            # [B, H, D]: one query per sequence
                                k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
                                meta.block_tables.stride(0), *_cache_strides(k_cache, v_cache),
                                cos_sin_stride, r.eps, scale * LOG2E, H, Hk, S,
-                               GROUP=H // Hk, BLOCK_G=triton.next_power_of_2(H // Hk), PAGE=k_cache.shape[1],
-                               HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n, BLOCK_S=triton.next_power_of_2(S),
+                               GROUP=H // Hk, BLOCK_G=next_pow2(H // Hk), PAGE=k_cache.shape[1],
+                               HEAD_DIM=D, BLOCK_D=_block_d(D), BLOCK_N=block_n, BLOCK_S=next_pow2(S),
                                PRECISION=_precision(q.dtype), SINGLE=S == 1, ROPE=rope is not None,
                                HALF=half, IS_NEOX=r.is_neox, QK_NORM=r.q_weight is not None, PDL=pdl(), launch_pdl=pdl(),
                                num_warps=num_warps, num_stages=num_stages)

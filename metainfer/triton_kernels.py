@@ -17,9 +17,9 @@ except ImportError:  # the module still imports without triton; `available()` th
 jit = triton.jit if triton is not None else (lambda fn: fn)
 
 # %% auto #0
-__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'pdl_sync', 'rms_norm', 'add_rms_norm', 'PushBuffers',
-           'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul', 'num_sms', 'gemv', 'gemv_tiles',
-           'linear', 'TritonKernels']
+__all__ = ['jit', 'interpreting', 'available', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync', 'rms_norm',
+           'add_rms_norm', 'PushBuffers', 'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul',
+           'num_sms', 'gemv', 'gemv_tiles', 'linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -41,6 +41,14 @@ def pdl() -> bool:
     "Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled, `METAINFER_PDL` not `0`."
     return (triton is not None and not interpreting() and torch.cuda.is_available()
             and torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("METAINFER_PDL", "1") != "0")
+
+def cdiv(a: int, b: int) -> int:
+    "`⌈a / b⌉` on the host. `triton.cdiv` is a constexpr function, about 2 µs a call outside a kernel."
+    return -(-a // b)
+
+def next_pow2(n: int) -> int:
+    "The least power of two ≥ `n` (0 for 0), as `triton.next_power_of_2` on the host, without its 2 µs a call."
+    return 1 << (n - 1).bit_length() if n > 0 else 0
 
 @jit
 def pdl_sync(PDL: tl.constexpr):
@@ -78,9 +86,9 @@ def _as_rows(x: Tensor) -> Tensor:
 
 def _norm_launch(x3: Tensor, res: Tensor | None, weight: Tensor, eps: float, out: Tensor, res_out: Tensor | None):
     n_rows, N = x3.shape[0] * x3.shape[1], x3.shape[2]
-    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_N = next_pow2(N)
     ROWS = max(1, min(16, 2048 // BLOCK_N))
-    _rms_norm_kernel[(triton.cdiv(n_rows, ROWS),)](
+    _rms_norm_kernel[(cdiv(n_rows, ROWS),)](
         x3, res, weight, out, res_out, n_rows, x3.shape[1], x3.stride(0), x3.stride(1), N, eps,
         HAS_RESIDUAL=res is not None, ROWS=ROWS, BLOCK_N=BLOCK_N, PDL=pdl(), launch_pdl=pdl(),
         num_warps=4 if BLOCK_N <= 4096 else 8)
@@ -182,7 +190,7 @@ def all_reduce_add_rms_norm(x: Tensor,         # [T, N]: this rank's partial sum
     residual = residual if residual.stride(-1) == 1 else residual.contiguous()
     out = torch.empty(x.shape, dtype=torch.promote_types(residual.dtype, weight.dtype), device=x.device)
     res_out = torch.empty_like(residual)
-    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_N = next_pow2(N)
     _all_reduce_norm_kernel[(T,)](x, residual, weight, out, res_out, bufs.addresses, bufs.counters, bufs.rank, N,
                                   x.stride(0), residual.stride(0), bufs.max_rows, bufs.max_hidden, eps,
                                   WORLD=bufs.world, BLOCK_N=BLOCK_N, MAX_SPINS=max_spins, PDL=pdl(), launch_pdl=pdl(),
@@ -251,9 +259,9 @@ def rotary(q: Tensor,              # [T, H, D]
     _rotary_kernel[(q.shape[0],)](
         q, k, positions, cos_sin_cache, q_weight, k_weight, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         q.shape[1], k.shape[1], cos_sin_cache.stride(0), eps, HEAD_DIM=D, HALF=half, IS_NEOX=is_neox,
-        HAS_NORM=q_weight is not None, BLOCK_HQ=triton.next_power_of_2(q.shape[1]),
-        BLOCK_HK=triton.next_power_of_2(k.shape[1]), BLOCK_HALF=triton.next_power_of_2(half),
-        BLOCK_TAIL=triton.next_power_of_2(max(1, D - 2 * half)), PDL=pdl(), launch_pdl=pdl(), num_warps=4)
+        HAS_NORM=q_weight is not None, BLOCK_HQ=next_pow2(q.shape[1]),
+        BLOCK_HK=next_pow2(k.shape[1]), BLOCK_HALF=next_pow2(half),
+        BLOCK_TAIL=next_pow2(max(1, D - 2 * half)), PDL=pdl(), launch_pdl=pdl(), num_warps=4)
     return q, k
 
 # %% ../nbs/03a_triton_kernels.ipynb #c023
@@ -281,8 +289,8 @@ def silu_and_mul(x: Tensor) -> Tensor:
     if x2.stride(-1) != 1: x2 = x2.contiguous()
     I = x.shape[-1] // 2
     out = torch.empty(*x.shape[:-1], I, dtype=x.dtype, device=x.device)
-    BLOCK = min(1024, triton.next_power_of_2(I))
-    _silu_and_mul_kernel[(x2.shape[0], triton.cdiv(I, BLOCK))](x2, out, x2.stride(0), I, BLOCK=BLOCK, PDL=pdl(),
+    BLOCK = min(1024, next_pow2(I))
+    _silu_and_mul_kernel[(x2.shape[0], cdiv(I, BLOCK))](x2, out, x2.stride(0), I, BLOCK=BLOCK, PDL=pdl(),
                                                                launch_pdl=pdl(), num_warps=4)
     return out
 
@@ -328,15 +336,16 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     x1 = x.reshape(K).contiguous()
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
-    _gemv_kernel[(triton.cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, N, K, weight.stride(0),
+    _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, N, K, weight.stride(0),
                                                       HAS_BIAS=bias is not None, SILU_MUL=act is not None,
                                                       PDL=pdl(), launch_pdl=pdl(), **tiles)
     return out
 
+@functools.cache
 def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
     "The GEMV's tile and launch options for an `[N, K]` weight (`tools/step_chain.py --gemv-tiles` tries others)."
-    return dict(BLOCK_N=8 if triton.cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
-                BLOCK_K=min(1024, triton.next_power_of_2(K)), num_warps=4, num_stages=3)
+    return dict(BLOCK_N=8 if cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
+                BLOCK_K=min(1024, next_pow2(K)), num_warps=4, num_stages=3)
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
            act: str | None = None) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from .attention import AttentionMetadata
 from .mla import TorchMLA
-from .triton_kernels import available, jit, triton, tl, pdl, pdl_sync
+from .triton_kernels import available, jit, triton, tl, cdiv, next_pow2, pdl, pdl_sync
 from .triton_attention import decode_splits, varlen_available, causal_varlen, flash_attention_takes
 import torch.nn.functional as F
 
@@ -82,23 +82,23 @@ def mla_decode_latent(q: Tensor,             # [B, H, r]: absorbed queries (W_UK
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
     (B, H, r), dr = q.shape, q_pe.shape[-1]
     q, q_pe = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, q_pe))  # the two parts: no concatenation
-    BLOCK_H = max(16, min(triton.next_power_of_2(H), 32))
+    BLOCK_H = max(16, min(next_pow2(H), 32))
     # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of >= 512 latents
-    num_splits = num_splits or decode_splits(B, triton.cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=512)
+    num_splits = num_splits or decode_splits(B, cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=512)
     o = torch.empty(B, H, num_splits, r, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
-    grid = (B, triton.cdiv(H, BLOCK_H), num_splits)
+    grid = (B, cdiv(H, BLOCK_H), num_splits)
     _mla_decode_kernel[grid](
         q, q_pe, latent_cache, meta.block_tables, meta.context_lens, o, lse, H, q.stride(0), q.stride(1),
         q_pe.stride(0), q_pe.stride(1), latent_cache.stride(0), latent_cache.stride(1), meta.block_tables.stride(0),
         o.stride(0), o.stride(1), o.stride(2), scale * math.log2(math.e), R=r, DR=dr, PAGE=latent_cache.shape[1],
-        NUM_SPLITS=num_splits, BLOCK_H=BLOCK_H, BLOCK_R=triton.next_power_of_2(r), BLOCK_DR=max(16, triton.next_power_of_2(dr)),
+        NUM_SPLITS=num_splits, BLOCK_H=BLOCK_H, BLOCK_R=next_pow2(r), BLOCK_DR=max(16, next_pow2(dr)),
         BLOCK_N=16 if r > 256 else 32, PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl(),
         launch_pdl=pdl(), num_warps=4)
     out = torch.empty(B, H, r, dtype=q.dtype, device=q.device)
     _mla_merge_kernel[(B, H)](o, lse, out, H, o.stride(0), o.stride(1), o.stride(2), out.stride(0), out.stride(1), R=r,
-                              NUM_SPLITS=num_splits, BLOCK_S=triton.next_power_of_2(num_splits),
-                              BLOCK_R=triton.next_power_of_2(r), PDL=pdl(), launch_pdl=pdl(), num_warps=4)
+                              NUM_SPLITS=num_splits, BLOCK_S=next_pow2(num_splits),
+                              BLOCK_R=next_pow2(r), PDL=pdl(), launch_pdl=pdl(), num_warps=4)
     return out
 
 # %% ../nbs/09e_triton_mla.ipynb #c008b
@@ -129,7 +129,7 @@ def store_latent(c: Tensor, k_pe: Tensor, latent_cache: Tensor, slot_mapping: Te
     _store_latent_kernel[(c.shape[0],)](c, k_pe, w, latent_cache, slot_mapping, c.stride(0), k_pe.stride(0),
                                         latent_cache.stride(0), latent_cache.stride(1), eps, R=R, DR=DR,
                                         PAGE=latent_cache.shape[1], NORM=c_norm is not None,
-                                        BLOCK_R=triton.next_power_of_2(R), BLOCK_DR=triton.next_power_of_2(DR),
+                                        BLOCK_R=next_pow2(R), BLOCK_DR=next_pow2(DR),
                                         PDL=pdl(), launch_pdl=pdl(), num_warps=4)
 
 # %% ../nbs/09e_triton_mla.ipynb #c009

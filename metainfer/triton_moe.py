@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from .kernels import linear_ref
 from .moe import router_logits
-from .triton_kernels import available, jit, triton, tl, pdl, pdl_sync
+from .triton_kernels import available, jit, triton, tl, cdiv, next_pow2, pdl, pdl_sync
 
 # %% auto #0
 __all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
@@ -69,8 +69,8 @@ def select_experts_triton(logits: Tensor, top_k: int, scoring_func: str = "softm
     ids = torch.empty(T, top_k, dtype=torch.long, device=logits.device)
     _route_kernel[(T,)](logits, correction_bias, weights, ids, logits.stride(0), routed_scaling_factor, E=E, N_GROUP=G,
                         TOPK_GROUP=TG, K=top_k, SIGMOID=scoring_func == "sigmoid", HAS_BIAS=correction_bias is not None,
-                        GROUP_TOP2=topk_method == "noaux_tc", NORM=norm_topk_prob, BLOCK_G=triton.next_power_of_2(G),
-                        BLOCK_S=triton.next_power_of_2(E // G), BLOCK_K=triton.next_power_of_2(top_k), PDL=pdl(),
+                        GROUP_TOP2=topk_method == "noaux_tc", NORM=norm_topk_prob, BLOCK_G=next_pow2(G),
+                        BLOCK_S=next_pow2(E // G), BLOCK_K=next_pow2(top_k), PDL=pdl(),
                         launch_pdl=pdl(), num_warps=2)
     return weights, ids
 
@@ -136,7 +136,7 @@ def moe_align_triton(topk_ids: Tensor, expert_start: int, num_local_experts: int
     block_expert = torch.empty(P // block_m, dtype=torch.int32, device=dev)
     cursor = torch.empty(El, dtype=torch.int32, device=dev)
     _moe_align_kernel[(1,)](topk_ids.reshape(-1), sorted_ids, block_expert, cursor, TK, expert_start, El, P,
-                            BLOCK_M=block_m, BLOCK=256, BLOCK_E=triton.next_power_of_2(El), PDL=pdl(),
+                            BLOCK_M=block_m, BLOCK=256, BLOCK_E=next_pow2(El), PDL=pdl(),
                             launch_pdl=pdl(), num_warps=4)
     return sorted_ids, block_expert
 
@@ -220,18 +220,18 @@ def fused_moe(x: Tensor,             # [T, D]
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
     h = torch.empty(P, Il, dtype=x.dtype, device=x.device)
-    _moe_gemm_kernel[(P // block_m, triton.cdiv(Il, tiles["BLOCK_N"]))](
+    _moe_gemm_kernel[(P // block_m, cdiv(Il, tiles["BLOCK_N"]))](
         x, gate_up, h, sorted_ids, block_expert, topk_weights, offset, El, T * K, K, Il, D, x.stride(0),
         gate_up.stride(0), gate_up.stride(1), h.stride(0), PAIR_TILES=pair_tiles, GATED=True, GATHER_TOKENS=True,
         SCALE=False, PRECISION=precision, PDL=pdl(), launch_pdl=pdl(), **tiles)
     out = torch.empty(T * K, D, dtype=torch.float32, device=x.device)   # rows of other ranks' pairs stay unwritten
-    _moe_gemm_kernel[(P // block_m, triton.cdiv(D, tiles["BLOCK_N"]))](
+    _moe_gemm_kernel[(P // block_m, cdiv(D, tiles["BLOCK_N"]))](
         h, down, out, sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, D, Il,
         h.stride(0), down.stride(0), down.stride(1), out.stride(0), PAIR_TILES=pair_tiles, GATED=False,
         GATHER_TOKENS=False, SCALE=True, PRECISION=precision, PDL=pdl(), launch_pdl=pdl(), **tiles)
     y = torch.empty(T, D, dtype=out_dtype or x.dtype, device=x.device)
     if add is not None: add = add.contiguous()
-    _moe_sum_kernel[(T, triton.cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,
+    _moe_sum_kernel[(T, cdiv(D, 256))](out, topk_ids, add, y, expert_start, El, D, K=K, HAS_ADD=add is not None,
                                               BLOCK_D=256, PDL=pdl(), launch_pdl=pdl(), num_warps=2)
     return y
 

@@ -200,6 +200,13 @@ def stage_latency_ab():
               120, at)
 
 
+def stage_eager_ab():
+    "Stage latency-eager's B=1 run (no profiles) with each `older_packages()`, then the current one, in the same call."
+    for at in [*older_packages(), None]:
+        name = f"latency-qwen3-8b-b1-eager{f'-at-{at.name}' if at else ''}"
+        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --name {name}", 90, at)
+
+
 def stage_tp2():
     "TP=2 with CUDA graphs: agreement with TP=1 (`tp1_reference`), then B=1 speed."
     m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
