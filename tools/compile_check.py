@@ -48,6 +48,7 @@ def install() -> list:
     triton_driver.set_active(CompileOnlyDriver())
     JITFunction.run = compile_only
     from metainfer import triton_kernels, triton_attention, triton_mla, triton_moe
+    triton_kernels.LeanJITFunction.run = compile_only  # the package's kernels launch through this subclass
     modules = [triton_kernels, triton_attention, triton_mla, triton_moe]
     for m in modules:
         if hasattr(m, "num_sms"): m.num_sms = lambda device: 132
