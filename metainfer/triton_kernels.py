@@ -33,35 +33,53 @@ if triton is not None:
     from triton.compiler.compiler import CompiledKernel
     from triton.runtime.jit import JITFunction
 
+    def hook_set(hook) -> bool:
+        "Whether a Triton launch hook has something to call (Triton 3.6 keeps an always-present, maybe empty, chain)."
+        return hook is not None and bool(getattr(hook, "calls", True))
+
+    def c_launch(kernel: CompiledKernel):
+        """The compiled kernel's C launch function with its two fixed flags, or None. Triton's Python launcher around it
+        (`CudaLauncher.__call__`) only adds scratch buffers, which the package's kernels do not use."""
+        r = kernel._run  # set by the first launch (None while only compiled, as in tools/compile_check.py)
+        if r is None or getattr(r, "global_scratch_size", 1) or getattr(r, "profile_scratch_size", 1): return None
+        if not all(hasattr(r, a) for a in ("launch", "launch_cooperative_grid", "launch_pdl")): return None
+        return r.launch, r.launch_cooperative_grid, r.launch_pdl
+
     class LeanJITFunction(JITFunction):
         """A `triton.jit` function whose launches skip most of Triton's Python launch path once a kernel is compiled.
         Triton's `run` costs about 16 µs of host time a launch on the H200 hosts, against 6.5 µs for the compiled
         kernel's own launcher (run16). Here the arguments are specialized by Triton's own binder, so a launch gets
         the kernel Triton would pick, but the kernel is found by that specialization directly: no string key, no
-        check of the kernel's globals, no launch metadata (nothing asks for it unless a launch hook is set)."""
+        check of the kernel's globals, no launch metadata and no calls of the (empty) launch hooks; with a hook set, as
+        a profiler may do, every launch takes Triton's path."""
         def __init__(self, fn, **kwargs):
             super().__init__(fn, **kwargs)
-            self.compiled = {}  # (device, specialization, options) -> CompiledKernel
+            self.compiled = {}  # (device, specialization, options) -> (CompiledKernel, `c_launch` of it)
 
         def run(self, *args, grid, warmup, **kwargs):
             hooks = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
-            if warmup or self.pre_run_hooks or hooks != (None, None):
+            if warmup or self.pre_run_hooks or any(map(hook_set, hooks)):
                 return super().run(*args, grid=grid, warmup=warmup, **kwargs)
             device = torch.cuda.current_device()
             bound, specialization, options = self.device_caches[device][4](*args, **kwargs)  # Triton's binder
             key = (device, tuple(specialization), tuple(options.items()))
-            try: kernel = self.compiled.get(key)
-            except TypeError: kernel = None  # an unhashable argument: Triton's path below, every time
-            if kernel is None:  # first launch of this specialization: Triton's own path compiles and launches it
+            try: known = self.compiled.get(key)
+            except TypeError: known = None  # an unhashable argument: Triton's path below, every time
+            if known is None:  # first launch of this specialization: Triton's own path compiles and launches it
                 kernel = super().run(*args, grid=grid, warmup=False, **kwargs)
                 if isinstance(kernel, CompiledKernel):
-                    try: self.compiled[key] = kernel
+                    try: self.compiled[key] = kernel, c_launch(kernel)
                     except TypeError: pass
                 return kernel
+            kernel, launch = known
             grid = grid(bound) if callable(grid) else grid
-            kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                       torch._C._cuda_getCurrentRawStream(device), kernel.function, kernel.packed_metadata,
-                       None, None, None, *bound.values())
+            g = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+            stream = torch._C._cuda_getCurrentRawStream(device)
+            if launch is None: kernel.run(*g, stream, kernel.function, kernel.packed_metadata, None, None, None, *bound.values())
+            else:  # no scratch buffers, no launch metadata, no hooks (None: the C launcher skips them)
+                c, cooperative, pdl_ = launch
+                c(*g, stream, kernel.function, cooperative, pdl_, None, None, kernel.packed_metadata, None, None, None,
+                  *bound.values())
             return kernel
 
 def jit(fn):
