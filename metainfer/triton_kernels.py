@@ -33,10 +33,6 @@ if triton is not None:
     from triton.compiler.compiler import CompiledKernel
     from triton.runtime.jit import JITFunction
 
-    def hook_set(hook) -> bool:
-        "Whether a Triton launch hook has something to call (Triton 3.6 keeps an always-present, maybe empty, chain)."
-        return hook is not None and bool(getattr(hook, "calls", True))
-
     def c_launch(kernel: CompiledKernel):
         """The compiled kernel's C launch function with its two fixed flags, or None. Triton's Python launcher around it
         (`CudaLauncher.__call__`) only adds scratch buffers, which the package's kernels do not use."""
@@ -57,10 +53,11 @@ if triton is not None:
             self.compiled = {}  # (device, specialization, options) -> (CompiledKernel, `c_launch` of it)
 
         def run(self, *args, grid, warmup, **kwargs):
-            hooks = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
-            if warmup or self.pre_run_hooks or any(map(hook_set, hooks)):
+            on_enter, on_exit = triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook
+            # a hook set (as a profiler may): Triton's path; Triton 3.6's hooks are always-present, maybe empty, chains
+            if warmup or self.pre_run_hooks or getattr(on_enter, "calls", on_enter) or getattr(on_exit, "calls", on_exit):
                 return super().run(*args, grid=grid, warmup=warmup, **kwargs)
-            device = torch.cuda.current_device()
+            device = torch._C._cuda_getDevice()  # `torch.cuda.current_device()` without its lazy-init check
             bound, specialization, options = self.device_caches[device][4](*args, **kwargs)  # Triton's binder
             key = (device, tuple(specialization), tuple(options.items()))
             try: known = self.compiled.get(key)
@@ -391,7 +388,7 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     K, N = x.shape[-1], weight.shape[0]
     assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs, out in the input's dtype"
-    x1 = x.reshape(K).contiguous()
+    x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # the kernel reads K values from its start
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
     _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, N, K, weight.stride(0),
