@@ -12,7 +12,7 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'copy_bandwidth', 'gemm_flops', 'streamed_weight_bytes', 'decode_roofline', 'throughput_bound',
-           'random_prompts', 'run_latency', 'run_throughput', 'hf_generate_decode', 'hf_compiled_decode',
+           'random_prompts', 'host_probe', 'run_latency', 'run_throughput', 'hf_generate_decode', 'hf_compiled_decode',
            'hf_decode_rate', 'top1_and_gap', 'engine_top1', 'hf_top1', 'decisive', 'agreement', 'kernel_category',
            'idle_split', 'charged_times', 'host_profile_steps', 'profile_steps', 'environment', 'plot_bars',
            'bench_main', 'add_bench_arguments', 'plot_allreduce', 'allreduce_main']
@@ -76,6 +76,19 @@ def throughput_bound(input_lens: list[int], output_lens: list[int], params: int,
 def random_prompts(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+def host_probe(device: torch.device, n: int = 2000) -> dict:
+    """How fast the host is right now: µs per `torch.empty` on `device`, and per 100 calls of an empty Python function.
+    Eager decode is host-bound, and the GPU machines' hosts ran the same code up to 1.8x apart within one call (run41,
+    run42): the bench records this before and after its measurement, so a figure can be read against its host."""
+    nothing = lambda: None
+    t = time.perf_counter()
+    for _ in range(n): torch.empty(16, device=device)
+    empty = (time.perf_counter() - t) / n * 1e6
+    t = time.perf_counter()
+    for _ in range(n):
+        for _ in range(100): nothing()
+    return {"torch_empty_us": empty, "python_100_calls_us": (time.perf_counter() - t) / n * 1e6}
 
 def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0) -> dict:
     "TTFT, TPOT and decode tokens/s of `batch` equal-length requests, measured step by step."
@@ -319,6 +332,7 @@ def bench_main(args) -> dict:
            "hardware": environment(runner.device) | ({"copy_bandwidth_Bps": bw} if bw else {}),
            "weight_bytes_per_step_per_rank": weights, "weight_bytes_per_rank": full, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     if cuda: res["gpu_memory_used_bytes"] = [t - f for f, t in map(torch.cuda.mem_get_info, range(torch.cuda.device_count()))]
+    probe = host_probe(runner.device)
     if args.mode == "agreement":
         prompts = random_prompts(args.batch_size, 16, args.input_len, cfg.vocab_size, seed=5)
         forced = random_prompts(args.batch_size, args.output_len, args.output_len, cfg.vocab_size, seed=6)
@@ -360,6 +374,7 @@ def bench_main(args) -> dict:
             active = round((dense + (full - dense) * k_of_e) / runner.dtype.itemsize)
             res["roofline"] = throughput_bound(m["input_lens"], m["output_lens"], active, weights_at, kv_per_token, bw,
                                                flops, args.max_num_seqs)
+    res["host_probe"] = {"before": probe, "after": host_probe(runner.device)}  # the engine's own measurement between
     device, dtype = runner.device, runner.dtype
     llm.shutdown(); del llm, runner
     import gc; gc.collect()  # layers reach themselves through their parameters' weight_loader: collect before the peer loads
@@ -410,7 +425,8 @@ def bench_main(args) -> dict:
     summary = {k: v for k, v in res["metainfer"].items() if not isinstance(v, list)}
     print(json.dumps({"metainfer": summary, "roofline": res.get("roofline"), "peers": res.get("peers"),
                       "agreement": res.get("agreement"), "by_margin": res.get("agreement_by_margin"),
-                      "control_fp32": res.get("control_fp32"), "profile": res.get("profile", {}).get("share")}, indent=1))
+                      "control_fp32": res.get("control_fp32"), "profile": res.get("profile", {}).get("share"),
+                      "host_probe": res["host_probe"]}, indent=1))
     return res
 
 # %% ../nbs/18_bench.ipynb #c027
