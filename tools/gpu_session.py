@@ -180,7 +180,7 @@ def stage_qwen_agreement():
 
 
 def stage_latency_eager():
-    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --name latency-qwen3-8b-b1-eager --profile --host-profile", 90)
+    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --repeat 3 --name latency-qwen3-8b-b1-eager --profile --host-profile", 90)
 
 
 def stage_throughput():
@@ -201,10 +201,13 @@ def stage_latency_ab():
 
 
 def stage_eager_ab():
-    "Stage latency-eager's B=1 run (no profiles) with each `older_packages()`, then the current one, in the same call."
+    """Stage latency-eager's B=1 run (no profiles) with each `older_packages()`, then the current one, in the same call.
+    Eager figures follow the host, which varied up to 1.8x within a call (run41, run42): the current package measures
+    three times (`--repeat`, a host probe after each), as does an older package that has the option (else once)."""
     for at in [*older_packages(), None]:
         name = f"latency-qwen3-8b-b1-eager{f'-at-{at.name}' if at else ''}"
-        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --name {name}", 90, at)
+        repeat = " --repeat 3" if at is None or "--repeat" in (at / "metainfer" / "bench.py").read_text() else ""
+        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128{repeat} --name {name}", 90, at)
 
 
 def stage_tp2():
