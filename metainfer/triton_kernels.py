@@ -47,7 +47,10 @@ if triton is not None:
         kernel's own launcher (run16). Here the arguments are specialized by Triton's own binder, so a launch gets
         the kernel Triton would pick, but the kernel is found by that specialization directly: no string key, no
         check of the kernel's globals, no launch metadata and no calls of the (empty) launch hooks; with a hook set, as
-        a profiler may do, every launch takes Triton's path."""
+        a profiler may do, every launch takes Triton's path. Two things Triton does are not done again per launch: it
+        keys on the specialization's text, where this key compares constexpr values by equality (`True == 1 == 1.0`;
+        each kernel here has one call site, which passes one type), and it checks that the kernel's globals have not
+        changed since compiling (the package's kernels read none that change)."""
         def __init__(self, fn, **kwargs):
             super().__init__(fn, **kwargs)
             self.compiled = {}  # (device, specialization, options) -> (CompiledKernel, `c_launch` of it)
@@ -59,7 +62,8 @@ if triton is not None:
                 return super().run(*args, grid=grid, warmup=warmup, **kwargs)
             device = torch._C._cuda_getDevice()  # `torch.cuda.current_device()` without its lazy-init check
             bound, specialization, options = self.device_caches[device][4](*args, **kwargs)  # Triton's binder
-            key = (device, tuple(specialization), tuple(options.items()))
+            key = (device, tuple(specialization), tuple(options.items()),  # + what Triton's `run` adds to the options
+                   triton.knobs.runtime.debug, triton.knobs.compilation.instrumentation_mode)
             try: known = self.compiled.get(key)
             except TypeError: known = None  # an unhashable argument: Triton's path below, every time
             if known is None:  # first launch of this specialization: Triton's own path compiles and launches it
