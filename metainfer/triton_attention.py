@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from .attention import AttentionMetadata, batch_bucket
 from .kernels import Rope
-from .triton_kernels import available, jit, triton, tl, cdiv, next_pow2, num_sms, pdl, pdl_sync
+from .triton_kernels import available, jit, tl, cdiv, next_pow2, num_sms, pdl, pdl_sync
 
 # %% auto #0
 __all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'merge_counters', 'paged_decode', 'varlen_available',

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from .attention import AttentionMetadata
 from .mla import TorchMLA
-from .triton_kernels import available, jit, triton, tl, cdiv, next_pow2, pdl, pdl_sync
+from .triton_kernels import available, jit, tl, cdiv, next_pow2, pdl, pdl_sync
 from .triton_attention import decode_splits, varlen_available, causal_varlen, flash_attention_takes
 import torch.nn.functional as F
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from .kernels import linear_ref
 from .moe import router_logits
-from .triton_kernels import available, jit, triton, tl, cdiv, next_pow2, pdl, pdl_sync
+from .triton_kernels import available, jit, tl, cdiv, next_pow2, pdl, pdl_sync
 
 # %% auto #0
 __all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton', 'moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
