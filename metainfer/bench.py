@@ -476,16 +476,19 @@ def _allreduce_worker(rank: int, size: int, init_method: str, sizes: list[int], 
     for nbytes in sizes:
         x = torch.randn(nbytes // 2, device=device, dtype=torch.bfloat16)
         for name, comm in comms.items():
-            eager = _time_cuda(lambda: comm.all_reduce(x), 50)
-            g = torch.cuda.CUDAGraph()
-            comm.all_reduce(x); torch.cuda.synchronize()
-            with torch.cuda.graph(g):
-                for _ in range(20): comm.all_reduce(x)
-            graph = _time_cuda(g.replay, 20) / 20
-            rows.append({"bytes": nbytes, "comm": name, "eager_us": eager * 1e6, "graph_us": graph * 1e6})
+            eager, graph = _eager_and_graph_us(lambda: comm.all_reduce(x))
+            rows.append({"bytes": nbytes, "comm": name, "eager_us": eager, "graph_us": graph})
     fused = _fused_norm_rows(tp.comm, device) if getattr(tp.comm, "push", None) is not None else []
     if rank == 0: Path(out).write_text(json.dumps({"rows": rows, "fused": fused}))
     destroy_tensor_parallel()
+
+def _eager_and_graph_us(fn) -> tuple[float, float]:
+    "µs per `fn()` launched eagerly (median of 50, after a warm-up that also leaves the stream idle), and per call of 20 in one CUDA graph."
+    eager = _time_cuda(fn, 50)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(20): fn()
+    return eager * 1e6, _time_cuda(g.replay, 20) / 20 * 1e6
 
 def _fused_norm_rows(comm, device: torch.device, hidden: int = 4096) -> list[dict]:
     "A decode layer's reduce + residual add + RMSNorm (float32 partials, bf16 residual): one fused kernel against the one-shot all-reduce, cast and `add_rms_norm`."
@@ -501,12 +504,8 @@ def _fused_norm_rows(comm, device: torch.device, hidden: int = 4096) -> list[dic
         same = all(torch.equal(a, b) for a, b in zip(paths["fused"](x.clone(), res, w, 1e-6),
                                                      paths["one-shot + cast + add_rms_norm"](x.clone(), res, w, 1e-6)))
         for name, fn in paths.items():  # (the unfused all-reduce sums in place: x grows, the timing does not care)
-            eager = _time_cuda(lambda: fn(x, res, w, 1e-6), 50)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(20): fn(x, res, w, 1e-6)
-            graph = _time_cuda(g.replay, 20) / 20
-            out.append({"rows": n_rows, "hidden": hidden, "path": name, "eager_us": eager * 1e6, "graph_us": graph * 1e6,
+            eager, graph = _eager_and_graph_us(lambda: fn(x, res, w, 1e-6))
+            out.append({"rows": n_rows, "hidden": hidden, "path": name, "eager_us": eager, "graph_us": graph,
                         "identical_to_unfused": same})
     return out
 
