@@ -37,7 +37,7 @@ class DeepseekModel(nn.Module):
     def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers: x, residual = layer(positions, x, residual, meta)
-        return self.layers[-1].sum_add_norm(self.norm, x, residual)[0]  # the last MLP's partial sums, reduced
+        return self.layers[-1].sum_add_norm(self.norm, x, residual).value()  # the last MLP's partial sums, reduced
 
 # %% ../nbs/09c_deepseek.ipynb #c007
 class DeepseekForCausalLM(nn.Module):

@@ -11,7 +11,8 @@ from torch import nn, Tensor
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'ops', 'rms_norm_ref', 'add_rms_norm_ref', 'rope_inv_freq', 'rope_cos_sin_cache', 'rotary_ref',
-           'silu_and_mul_ref', 'linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'Rope', 'RotaryEmbedding']
+           'silu_and_mul_ref', 'linear_ref', 'norm_linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'Rope',
+           'RotaryEmbedding', 'NormedInput']
 
 # %% ../nbs/03_kernels.ipynb #c005
 def rms_norm_ref(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -66,8 +67,14 @@ def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype:
     else: y = F.linear(x.to(out_dtype), weight.to(out_dtype))
     return y if bias is None else y + bias
 
+def norm_linear_ref(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps: float, weight: Tensor,
+                    bias: Tensor | None = None, act: str | None = None) -> tuple[Tensor, Tensor]:
+    "`linear(RMSNorm(x + residual))` and the new residual `x + residual` (`residual=None`: no add, the residual is `x`)."
+    normed, residual = (ops.rms_norm(x, norm_weight, eps), x) if residual is None else ops.add_rms_norm(x, residual, norm_weight, eps)
+    return ops.linear(normed, weight, bias, act=act), residual
+
 # %% ../nbs/03_kernels.ipynb #c018
-OP_NAMES = ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul", "linear")
+OP_NAMES = ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul", "linear", "norm_linear")
 
 class TorchKernels:
     "Pure-torch reference kernels: the CPU path and the oracle for every fast backend."
@@ -77,6 +84,7 @@ class TorchKernels:
     rotary = staticmethod(rotary_ref)
     silu_and_mul = staticmethod(silu_and_mul_ref)
     linear = staticmethod(linear_ref)
+    norm_linear = staticmethod(norm_linear_ref)
 
 # %% ../nbs/03_kernels.ipynb #c019
 class Ops:
@@ -136,3 +144,40 @@ class RotaryEmbedding(nn.Module):
                 k_norm: RMSNorm | None = None) -> tuple[Tensor, Tensor]:
         "Rotated `q` and `k`, in one kernel with the q/k norms if given."
         return self.at(positions, q_norm, k_norm)(q, k)
+
+# %% ../nbs/03_kernels.ipynb #cf2bb5f0
+class NormedInput:
+    "`RMSNorm(x + residual)` (`residual=None`: of `x` alone), computed by its reader: a linear may fold it in."
+    def __init__(self, norm: RMSNorm, x: Tensor, residual: Tensor | None = None):
+        self.norm, self.x, self.residual_in = norm, x, residual
+        self._value, self._residual = None, (x if residual is None else None)
+
+    @classmethod
+    def computed(cls, value: Tensor, residual: Tensor) -> NormedInput:
+        "An input normalized already (under tensor parallelism, by the all-reduce that sums it)."
+        normed = cls(None, value, residual)
+        normed._value, normed._residual = value, residual
+        return normed
+
+    def value(self) -> Tensor:
+        "The normalized input (computed on the first call)."
+        if self._value is None: self._value, self._residual = (
+            (self.norm(self.x), self.x) if self.residual_in is None else self.norm(self.x, self.residual_in))
+        return self._value
+
+    @property
+    def residual(self) -> Tensor:
+        "`x + residual`, the next norm's residual."
+        if self._residual is None: self.value()
+        return self._residual
+
+    def linear(self, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
+        "`ops.linear(self.value(), ...)`, through `ops.norm_linear` (the norm folded in) unless computed already."
+        if self._value is not None: return ops.linear(self._value, weight, bias, act=act)
+        y, residual = ops.norm_linear(self.x, self.residual_in, self.norm.weight, self.norm.eps, weight, bias, act)
+        if self._residual is None: self._residual = residual
+        return y
+
+    def input_for(self, module: nn.Module) -> NormedInput | Tensor:
+        "This, for a module whose only use of its input is one linear layer (`folds_norm`); else `value()`."
+        return self if getattr(module, "folds_norm", False) else self.value()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn, Tensor
 from .distributed import ParallelInfo, get_tp
-from .kernels import ops
+from .kernels import NormedInput, ops
 
 # %% auto #0
 __all__ = ['shape_of', 'take', 'default_weight_loader', 'LinearBase', 'ReplicatedLinear', 'divide', 'ColumnParallelLinear',
@@ -52,8 +52,9 @@ class LinearBase(nn.Module):
         size = param.shape[self.tp_dim]
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
 
-    def forward(self, x: Tensor, act: str | None = None) -> Tensor:
-        "`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product)."
+    def forward(self, x: Tensor | NormedInput, act: str | None = None) -> Tensor:
+        "`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product, and a norm of `x` in)."
+        if isinstance(x, NormedInput): return x.linear(self.weight, self.bias, act)  # `ops.norm_linear`, if not computed yet
         return ops.linear(x, self.weight, self.bias, act=act)  # the table's product: a backend may stream one row itself
 
 # %% ../nbs/05_linear.ipynb #c009

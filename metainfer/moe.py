@@ -19,6 +19,8 @@ __all__ = ['moe_ops', 'DeepseekMLP', 'grouped_topk', 'select_experts', 'router_l
 # %% ../nbs/09b_moe.ipynb #c005
 class DeepseekMLP(nn.Module):
     "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
+    folds_norm = True  # its input goes to the gate-up projection only
+
     def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, interleave=True)

@@ -8,7 +8,7 @@ import torch
 from torch import nn, Tensor
 from .config import ModelConfig
 from .distributed import get_tp
-from .kernels import RMSNorm, RotaryEmbedding
+from .kernels import NormedInput, RMSNorm, RotaryEmbedding
 from .linear import QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .embedding import VocabParallelEmbedding, ParallelLMHead
 from .attention import Attention, AttentionMetadata
@@ -19,6 +19,8 @@ __all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'Qwen
 # %% ../nbs/09_qwen.ipynb #c004
 class QwenAttention(nn.Module):
     "Self-attention: fused QKV projection, optional q/k norm, rotary, paged attention, output projection."
+    folds_norm = True  # its input goes to the QKV projection only
+
     def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True):
         super().__init__()
         self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
@@ -31,7 +33,7 @@ class QwenAttention(nn.Module):
         self.rotary_emb = rotary
         self.attn = Attention(H, Hk, D, scale=D ** -0.5)
 
-    def forward(self, positions: Tensor, x: Tensor, meta: AttentionMetadata) -> Tensor:
+    def forward(self, positions: Tensor, x: Tensor | NormedInput, meta: AttentionMetadata) -> Tensor:
         D = self.attn.head_dim
         q, k, v = self.qkv_proj(x).split(self.sizes, dim=-1)
         q, k, v = q.view(-1, self.attn.num_heads, D), k.view(-1, self.attn.num_kv_heads, D), v.view(-1, self.attn.num_kv_heads, D)
@@ -41,12 +43,14 @@ class QwenAttention(nn.Module):
 # %% ../nbs/09_qwen.ipynb #c005
 class QwenMLP(nn.Module):
     "SwiGLU MLP: `down(silu(gate(x)) * up(x))`, gate and up as one GEMM."
+    folds_norm = True  # its input goes to the gate-up projection only
+
     def __init__(self, cfg: ModelConfig, reduce_results: bool = True):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, interleave=True)
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, reduce_results=reduce_results)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor | NormedInput) -> Tensor:
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))  # a backend may fuse the activation in
 
 # %% ../nbs/09_qwen.ipynb #c007
@@ -61,13 +65,16 @@ class DecoderLayer(nn.Module):
 
     def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
         "`x`: the embedding (first layer: no `residual` yet), else the previous MLP's partial sum."
-        x, residual = (self.input_layernorm(x), x) if residual is None else self.sum_add_norm(self.input_layernorm, x, residual)
-        x, residual = self.sum_add_norm(self.post_attention_layernorm, self.self_attn(positions, x, meta), residual)
-        return self.mlp(x), residual
+        h = self.sum_add_norm(self.input_layernorm, x, residual)
+        attn = self.self_attn(positions, h.input_for(self.self_attn), meta)   # reads h: its residual is known after
+        h = self.sum_add_norm(self.post_attention_layernorm, attn, h.residual)
+        return self.mlp(h.input_for(self.mlp)), h.residual
 
-    def sum_add_norm(self, norm: RMSNorm, x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
-        "`norm(Σ_ranks x, residual)`: the ranks' partial sums `x` summed, added to the residual, normalized."
-        return self.tp.all_reduce_add_rms_norm(x, residual, norm.weight, norm.eps)
+    def sum_add_norm(self, norm: RMSNorm, x: Tensor, residual: Tensor | None) -> NormedInput:
+        "`norm(Σ_ranks x + residual)`: the ranks' partial sums `x` summed, added to the residual, normalized."
+        if residual is None: return NormedInput(norm, x)  # the embedding: whole on every rank, and the residual itself
+        if self.tp.size == 1: return NormedInput(norm, x.to(residual.dtype), residual)  # computed by its reader
+        return NormedInput.computed(*self.tp.all_reduce_add_rms_norm(x, residual, norm.weight, norm.eps))
 
 class QwenDecoderLayer(DecoderLayer):
     def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
@@ -87,7 +94,7 @@ class QwenModel(nn.Module):
     def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers: x, residual = layer(positions, x, residual, meta)
-        return self.layers[-1].sum_add_norm(self.norm, x, residual)[0]  # the last MLP's partial sums, reduced
+        return self.layers[-1].sum_add_norm(self.norm, x, residual).value()  # the last MLP's partial sums, reduced
 
 # %% ../nbs/09_qwen.ipynb #c010
 class QwenForCausalLM(nn.Module):

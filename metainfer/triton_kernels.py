@@ -8,7 +8,7 @@ import functools, os
 from dataclasses import dataclass
 import torch
 from torch import Tensor
-from .kernels import linear_ref
+from .kernels import linear_ref, norm_linear_ref
 try:
     import triton
     import triton.language as tl
@@ -18,7 +18,7 @@ except ImportError:  # the module still imports without triton; `available()` th
 # %% auto #0
 __all__ = ['interpreting', 'available', 'jit', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync', 'rms_norm',
            'add_rms_norm', 'PushBuffers', 'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul',
-           'num_sms', 'gemv', 'gemv_tiles', 'linear', 'TritonKernels']
+           'num_sms', 'gemv', 'gemv_tiles', 'linear', 'norm_linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -355,7 +355,25 @@ def silu_and_mul(x: Tensor) -> Tensor:
 
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
 @jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
+def _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL: tl.constexpr):
+    "Columns `kk` of `x + residual` (of `x` alone without one), rounded to `x`'s dtype as `add_rms_norm` rounds them."
+    x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
+    if HAS_RESIDUAL: x = (x.to(tl.float32) + tl.load(res_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)).to(x.dtype)
+    return x
+
+@jit
+def _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    "Columns `kk` of the GEMV's input in float32: `x`, or with `NORM` `RMSNorm(x + residual)`, rounded as `add_rms_norm` rounds it."
+    if NORM:
+        x = _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL)
+        nw = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+        x = ((x.to(tl.float32) * rstd).to(x.dtype).to(tl.float32) * nw).to(x.dtype)
+    else: x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
+    return x.to(tl.float32)
+
+@jit
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, N, K, stride_wn, eps,
+                 HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     valid = n < N
@@ -363,13 +381,22 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_wn, HAS_BIAS: tl.con
     rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
     w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
     pdl_sync(PDL)
-    x = tl.load(x_ptr + k, mask=k < K, other=0.0)
-    acc = tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+    rstd = 1.0
+    if NORM:  # the prologue: every program sums the squares of the whole row (first program: stores the residual)
+        squares = tl.zeros([BLOCK_K], tl.float32)
+        for c in range(0, tl.cdiv(K, BLOCK_K)):
+            kk = c * BLOCK_K + k
+            x = _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL)
+            if HAS_RESIDUAL and tl.program_id(0) == 0: tl.store(res_out_ptr + kk, x, mask=kk < K)
+            squares += x.to(tl.float32) * x.to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, 0) / K + eps)
+    x = _gemv_input(x_ptr, res_ptr, nw_ptr, k, K, rstd, NORM, HAS_RESIDUAL)
+    acc = tl.sum(w.to(tl.float32) * x[None, :], 1)
     for c in range(1, tl.cdiv(K, BLOCK_K)):
         kk = c * BLOCK_K + k
         w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
-        x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
-        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], 1)
+        x = _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM, HAS_RESIDUAL)
+        acc += tl.sum(w.to(tl.float32) * x[None, :], 1)
     if HAS_BIAS: acc += tl.load(b_ptr + n, mask=valid, other=0.0).to(tl.float32)
     y = acc.to(out_ptr.dtype.element_ty)
     if SILU_MUL:  # rows interleaved (gate, up, gate, ...): pairs of this tile, as the activation kernel does them
@@ -386,18 +413,23 @@ def gemv(x: Tensor,                    # [..., K] holding one row
          weight: Tensor,               # [N, K], contiguous rows; read before the wait, so no kernel may write it
          bias: Tensor | None = None,   # [N]
          out_dtype: torch.dtype | None = None,
-         act: str | None = None) -> Tensor:  # "silu_and_mul": of the product (rows interleaved), [..., N / 2]
-    "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`."
+         act: str | None = None,       # "silu_and_mul": of the product (rows interleaved), [..., N / 2]
+         norm: tuple[Tensor | None, Tensor, float] | None = None,  # (residual, norm weight, eps): of RMSNorm(x + residual)
+         residual_out: Tensor | None = None) -> Tensor:  # [K], with a residual: where `x + residual` is stored
+    "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the row RMS-normalized first."
     if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
     assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs, out in the input's dtype"
+    residual, norm_weight, eps = norm or (None, None, 0.0)
+    assert residual is None or (residual.is_contiguous() and residual_out is not None), "a contiguous residual, and its out"
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # the kernel reads K values from its start
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
-    _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, N, K, weight.stride(0),
-                                                      HAS_BIAS=bias is not None, SILU_MUL=act is not None,
-                                                      PDL=pdl(), launch_pdl=pdl(), **tiles)
+    _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, residual, norm_weight, residual_out, N, K,
+                                               weight.stride(0), eps, HAS_BIAS=bias is not None,
+                                               SILU_MUL=act is not None, NORM=norm is not None,
+                                               HAS_RESIDUAL=residual is not None, PDL=pdl(), launch_pdl=pdl(), **tiles)
     return out
 
 @functools.cache
@@ -406,12 +438,23 @@ def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
     return dict(BLOCK_N=8 if cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
                 BLOCK_K=min(1024, next_pow2(K)), num_warps=4, num_stages=3)
 
+def _one_gpu_row(x: Tensor, weight: Tensor) -> bool:
+    "Whether `gemv` takes this product: a single row on a GPU, weights of its dtype in contiguous rows."
+    return x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
            act: str | None = None) -> Tensor:
     "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`, `act` included."
-    if x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype:
-        return gemv(x, weight, bias, out_dtype, act)
+    if _one_gpu_row(x, weight): return gemv(x, weight, bias, out_dtype, act)
     return linear_ref(x, weight, bias, out_dtype, act)
+
+def norm_linear(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps: float, weight: Tensor,
+                bias: Tensor | None = None, act: str | None = None) -> tuple[Tensor, Tensor]:
+    "`norm_linear_ref`, except that one row on a GPU is one `gemv` launch, the norm in its prologue."
+    if not (_one_gpu_row(x, weight) and norm_weight.dtype == x.dtype and (residual is None or residual.is_contiguous())):
+        return norm_linear_ref(x, residual, norm_weight, eps, weight, bias, act)
+    residual_out = x if residual is None else torch.empty_like(x)
+    return gemv(x, weight, bias, act=act, norm=(residual, norm_weight, eps), residual_out=residual_out), residual_out
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
 class TritonKernels:
@@ -422,3 +465,4 @@ class TritonKernels:
     rotary = staticmethod(rotary)
     silu_and_mul = staticmethod(silu_and_mul)
     linear = staticmethod(linear)
+    norm_linear = staticmethod(norm_linear)

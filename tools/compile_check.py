@@ -98,7 +98,11 @@ def calls():
               lambda: tk.gemv(r(1, 2048), r(2816, 2048), act="silu_and_mul")),
              ("gemv with bias (Qwen2 qkv)", lambda: tk.gemv(r(1, 3584), r(4608, 3584), r(4608))),
              ("gemv fp32 out (row-parallel partial)", lambda: tk.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32)),
-             ("gemv fp32", lambda: tk.gemv(r(1, 2100, dt=torch.float32), r(10, 2100, dt=torch.float32)))]
+             ("gemv fp32", lambda: tk.gemv(r(1, 2100, dt=torch.float32), r(10, 2100, dt=torch.float32))),
+             ("gemv with the norm in its prologue (qkv)", lambda: tk.gemv(r(1, 4096), r(6144, 4096),
+                                                                          norm=(r(1, 4096), r(4096), 1e-6), residual_out=r(1, 4096))),
+             ("gemv with the norm, no residual, + activation", lambda: tk.gemv(r(1, 4096), r(24576, 4096), act="silu_and_mul",
+                                                                               norm=(None, r(4096), 1e-6)))]
     PAGE, H, HK, D = 16, 32, 8, 128
     kc, vc = r(64, PAGE, HK, D), r(64, PAGE, HK, D)
     for B, ctx in ((1, 384), (16, 100)):

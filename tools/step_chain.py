@@ -7,8 +7,9 @@ distinct random weights at Qwen3-8B's shapes, each `add_rms_norm -> QKV GEMV -> 
 inside, 384 tokens of context) -> O GEMV -> add_rms_norm -> gate-up GEMV with the activation -> down GEMV`, then the
 final norm and the LM head, captured in one CUDA graph (`triton.testing.do_bench_cudagraph`). Each option is an
 environment switch the package reads (`METAINFER_PDL`), or where the MLP's activation runs (the gate-up GEMV's
-epilogue, or its own kernel); every option must give the first one's output bit for bit (none changes arithmetic),
-else the exit status is 1. The weight bytes over the copy bandwidth measured in the same run is the step's roofline.
+epilogue, or its own kernel), or where the norms run (kernels of their own, or the next GEMV's prologue: `norm_linear`);
+every option must give the first one's output bit for bit (none changes arithmetic), except the norms in the GEMV
+prologues, which sum the squares in another order (checked as the tile overrides below are), else the exit status is 1. The weight bytes over the copy bandwidth measured in the same run is the step's roofline.
 The JSON has the ms a step, tok/s, the weights' TB/s and the share of the roofline.
 `--tp N` builds one rank's step of TP=N instead (heads, MLP width and vocabulary split; no all-reduce: the GEMVs at
 a rank's shapes), and `--gemv-tiles '[{"BLOCK_N": 8}, ...]'` adds one option per dict of GEMV tile overrides (over
@@ -26,14 +27,16 @@ from metainfer.kernels import Rope, RotaryEmbedding
 from metainfer.triton_attention import paged_decode
 from metainfer.bench import copy_bandwidth
 from metainfer import triton_kernels
-from metainfer.triton_kernels import add_rms_norm, linear, pdl, relative_error, silu_and_mul
+from metainfer.kernels import ops, norm_linear_ref
+from metainfer.triton_kernels import TritonKernels, add_rms_norm, linear, pdl, relative_error, silu_and_mul
 
 LAYERS, HIDDEN, H_ALL, HK_ALL, D, I_ALL, VOCAB_ALL, PAGE = 36, 4096, 32, 8, 128, 12288, 151936, 16  # Qwen3-8B; KV block
 DEV, BF, EPS = "cuda", torch.bfloat16, 1e-6
-OPTIONS = {  # name: (environment, the MLP's activation inside the gate-up GEMV)
-    "activation in the gate-up GEMV": ({}, True),
-    "activation as a kernel": ({}, False),
-    "no pdl": ({"METAINFER_PDL": "0"}, True),
+OPTIONS = {  # name: (environment, the MLP's activation inside the gate-up GEMV, the norms in the next GEMV's prologue)
+    "activation in the gate-up GEMV": ({}, True, False),
+    "activation as a kernel": ({}, False, False),
+    "no pdl": ({"METAINFER_PDL": "0"}, True, False),
+    "norms in the GEMV prologues": ({}, True, True),
 }
 
 
@@ -43,9 +46,10 @@ def main() -> int:
     p.add_argument("--tp", type=int, default=1, help="one rank's step of this tensor-parallel size")
     p.add_argument("--gemv-tiles", default="[]", help="JSON list of dicts: GEMV tile overrides, one option each")
     args = p.parse_args()
+    ops.use(TritonKernels())  # the norm + linear reference composes the table's (Triton) ops
     H, HK, I, VOCAB = (n // args.tp for n in (H_ALL, HK_ALL, I_ALL, VOCAB_ALL))  # this rank's heads, width, vocabulary
-    options = {name: (env, fused, None) for name, (env, fused) in OPTIONS.items()}
-    options.update({f"gemv tiles {o}": ({}, True, o) for o in json.loads(args.gemv_tiles)})
+    options = {name: (env, fused, fold, None) for name, (env, fused, fold) in OPTIONS.items()}
+    options.update({f"gemv tiles {o}": ({}, True, False, o) for o in json.loads(args.gemv_tiles)})
     g = torch.Generator(DEV).manual_seed(0)
     rnd = lambda *s: (torch.randn(*s, generator=g, device=DEV) / s[-1] ** .5).to(BF)
     ones = lambda n: (1 + 0.1 * torch.randn(n, generator=g, device=DEV)).to(BF)
@@ -61,16 +65,16 @@ def main() -> int:
     rot = RotaryEmbedding(D, 40960, 1e6).to(DEV)
     x0, res0 = rnd(1, HIDDEN), rnd(1, HIDDEN)
 
-    def step(fused: bool) -> torch.Tensor:  # (H, HK, I: this rank's)
+    def step(fused: bool, fold: bool) -> torch.Tensor:  # (H, HK, I: this rank's)
         x, res = x0, res0.clone()
+        norm_linear = triton_kernels.norm_linear if fold else norm_linear_ref  # the reference: add_rms_norm, then linear
         for L in layers:
-            h, res = add_rms_norm(x, res, L["norm1"], EPS)
-            qkv = linear(h, L["qkv"])
+            qkv, res = norm_linear(x, res, L["norm1"], EPS, L["qkv"])
             q, k, v = (t.reshape(1, -1, D) for t in qkv.split([H * D, HK * D, HK * D], -1))
             rope = Rope(positions, rot.cos_sin_cache, True, L["q_norm"], L["k_norm"], EPS)
             x = linear(paged_decode(q, k, v, L["kc"], L["vc"], meta, D ** -0.5, rope).flatten(1), L["o"])
-            h, res = add_rms_norm(x, res, L["norm2"], EPS)
-            a = linear(h, L["gate_up"], act="silu_and_mul") if fused else silu_and_mul(linear(h, L["gate_up"]))
+            if fused: a, res = norm_linear(x, res, L["norm2"], EPS, L["gate_up"], act="silu_and_mul")
+            else: h, res = add_rms_norm(x, res, L["norm2"], EPS); a = silu_and_mul(linear(h, L["gate_up"]))
             x = linear(a, L["down"])
         return linear(add_rms_norm(x, res, final, EPS)[0], lm_head)
 
@@ -80,18 +84,19 @@ def main() -> int:
            "options": {}}
     first, ok = None, True
     default_tiles = triton_kernels.gemv_tiles
-    for name, (env, fused, tiles) in options.items():
+    for name, (env, fused, fold, tiles) in options.items():
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env); pdl.cache_clear()
         if tiles: triton_kernels.gemv_tiles = lambda N, K, device, t=tiles: default_tiles(N, K, device) | t
         try:
-            out = step(fused)
+            out = step(fused, fold)
             first = out if first is None else first
-            ms = do_bench_cudagraph(lambda: step(fused), rep=300)
-            res["options"][name] = {"env": env, "activation_in_gemv": fused, "gemv_tiles": tiles, "ms": ms, "tok_s": 1e3 / ms,
+            ms = do_bench_cudagraph(lambda: step(fused, fold), rep=300)
+            res["options"][name] = {"env": env, "activation_in_gemv": fused, "norms_in_gemv": fold, "gemv_tiles": tiles,
+                                    "ms": ms, "tok_s": 1e3 / ms,
                                     "weights_TBps": weight_bytes / ms / 1e9, "of_roofline": res["roofline_ms"] / ms,
                                     "same_output": torch.equal(out, first), "rel_err": relative_error(out, first)}
-            ok &= res["options"][name]["same_output"] if not tiles else res["options"][name]["rel_err"] < 5e-2
+            ok &= res["options"][name]["same_output"] if not (tiles or fold) else res["options"][name]["rel_err"] < 5e-2
         except Exception as e:  # recorded, not raised: the other options still run (the exit status says it)
             res["options"][name], ok = f"{type(e).__name__}: {e}"[:400], False
         finally:
