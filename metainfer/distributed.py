@@ -42,6 +42,10 @@ class TorchDistCommunicator:
         "`add_rms_norm` of the ranks' summed partials `x` (rounded to `residual`'s dtype) and `residual`."
         return ops.add_rms_norm(self.all_reduce(x).to(residual.dtype), residual, weight, eps)
 
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
+        "A row-parallel layer's product, this rank's partial sum (`all_reduce_add_rms_norm` sums it next)."
+        return ops.linear(x, weight, bias, out_dtype=out_dtype)
+
 # %% ../nbs/04_distributed.ipynb #c006
 class SymmMemCommunicator(TorchDistCommunicator):
     "NCCL collectives, but small all-reduces as one-shot reads of peers' symmetric-memory buffers (NVLink P2P)."
@@ -55,9 +59,11 @@ class SymmMemCommunicator(TorchDistCommunicator):
         for buf in self.bufs.values(): _rendezvous(buf, group)
         self.group_name = group.group_name
         self.push, self.fused = None, triton_kernels.all_reduce_add_rms_norm  # the fused kernel's buffers, where Triton runs compiled
+        self.gemv, self.one_gpu_row = triton_kernels.gemv, triton_kernels.one_gpu_row
+        self.pushed = None  # the partial sums a GEMV pushed already, until the fused all-reduce sums them
         if triton_kernels.available() and not triton_kernels.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
-            buf = symm_mem.empty(2 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
+            buf = symm_mem.empty(4 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
             torch.cuda.synchronize(device); dist.barrier(group)  # zeroed on every rank before any rank pushes
             ptrs = _rendezvous(buf, group).buffer_ptrs   # each rank's allocation; buf may sit inside one
             at = buf.data_ptr() - ptrs[rank]
@@ -73,8 +79,17 @@ class SymmMemCommunicator(TorchDistCommunicator):
         return x
 
     def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+        pushed, self.pushed = x is self.pushed, None
         if self.push is None or not self.push.takes(x): return super().all_reduce_add_rms_norm(x, residual, weight, eps)
-        return self.fused(x, residual, weight, eps, self.push)
+        return self.fused(x, residual, weight, eps, self.push, pushed=pushed)
+
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
+        "One GPU row's float32 partials are also pushed to the peers by the GEMV, unless a push is pending (see below)."
+        if (self.push is None or self.pushed is not None or out_dtype != torch.float32 or not self.one_gpu_row(x, weight)
+                or weight.shape[0] > self.push.max_hidden):
+            return super().partial_linear(x, weight, bias, out_dtype)
+        self.pushed = self.gemv(x, weight, bias, out_dtype, push=self.push)
+        return self.pushed
 
 _rendezvous_count = 0  # symmetric-memory rendezvous this process has done
 
@@ -205,6 +220,12 @@ class ParallelInfo:
         "`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed."
         if self.size == 1: return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
         return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
+
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        "A row-parallel product: this rank's partial sum, in `partial_dtype` (the communicator may push it to the peers)."
+        out_dtype = self.partial_dtype(x.dtype)
+        if self.size == 1: return ops.linear(x, weight, bias, out_dtype=out_dtype)
+        return self.comm.partial_linear(x, weight, bias, out_dtype)
 
 # %% ../nbs/04_distributed.ipynb #c010
 _TP = ParallelInfo()

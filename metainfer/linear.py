@@ -130,5 +130,5 @@ class RowParallelLinear(LinearBase):
         bias = self.bias if self.tp.rank == 0 else None
         # half precision under TP: the partial products in float32, so that each output is rounded once, after the
         # sum, as TP=1's single GEMM rounds it
-        y = ops.linear(x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype))
-        return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
+        if not self.reduce_results: return self.tp.partial_linear(x, self.weight, bias)  # the caller's all-reduce sums it
+        return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype))).to(x.dtype)

@@ -18,7 +18,7 @@ except ImportError:  # the module still imports without triton; `available()` th
 # %% auto #0
 __all__ = ['interpreting', 'available', 'jit', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync', 'rms_norm',
            'add_rms_norm', 'PushBuffers', 'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul',
-           'num_sms', 'gemv', 'gemv_tiles', 'linear', 'norm_linear', 'TritonKernels']
+           'num_sms', 'gemv', 'gemv_tiles', 'one_gpu_row', 'linear', 'norm_linear', 'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -175,7 +175,8 @@ def add_rms_norm(x: Tensor,         # [..., N]
 # %% ../nbs/03a_triton_kernels.ipynb #bbee5fc4
 @dataclass
 class PushBuffers:
-    "Where `all_reduce_add_rms_norm` pushes: each rank's buffer `[2, world, max_rows, max_hidden]` int64, zeroed at start."
+    """Where `all_reduce_add_rms_norm` pushes: each rank's buffer `[2, 2, world, max_rows, max_hidden]` int64, zeroed at
+    start: [who pushed (the all-reduce kernel, or the GEMV that computed the partials), half, sender, row, column]."""
     addresses: Tensor  # [world] int64 on the device: each rank's buffer, as mapped in this process
     counters: Tensor   # [max_rows] int32 on the device: calls per row so far (zeros at start)
     rank: int
@@ -190,9 +191,20 @@ class PushBuffers:
         return x.dim() == 2 and x.shape[0] <= self.max_rows and x.shape[1] <= self.max_hidden and x.stride(-1) == 1
 
 @jit
+def _push_partials(x, offs, mask, addresses_ptr, count, rank, block, BY_GEMV: tl.constexpr, WORLD: tl.constexpr):
+    """Push float32 partials `x` into every peer's buffer as (call count + 1, bits) words: at `offs` (row · max_hidden
+    + column) of the `[max_rows, max_hidden]` block (`block` words) of [by the GEMV, half `count & 1`, sender]."""
+    word = ((count + 1).to(tl.int64) << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
+    at = ((BY_GEMV * 2 + (count & 1)) * WORLD + rank) * block + offs  # (`&`: `%` of a negative count, past 2^31 calls, is -1)
+    for r in tl.static_range(WORLD):
+        if r != rank:
+            peer = tl.load(addresses_ptr + r).to(tl.pointer_type(tl.int64))
+            tl.store(peer + at, word, mask=mask)
+
+@jit
 def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, addresses_ptr, counter_ptr, rank, N,
                             stride_x, stride_res, max_rows, max_hidden, eps, WORLD: tl.constexpr,
-                            BLOCK_N: tl.constexpr, MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
+                            BLOCK_N: tl.constexpr, PUSHED: tl.constexpr, MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -201,15 +213,11 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
     count = tl.load(counter_ptr + row)               # after the wait: an earlier call may still have been running
     flag = count + 1
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    word = (flag.to(tl.int64) << 32) | (x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
-    half = (count & 1) * WORLD                       # [half, sender] blocks of [max_rows, max_hidden] words
-                                                     # (`&`: `%` of a negative count, past 2^31 calls, is -1)
     block = max_rows.to(tl.int64) * max_hidden
     at = row.to(tl.int64) * max_hidden + cols
-    for r in tl.static_range(WORLD):                 # push this rank's part into every peer's buffer
-        if r != rank:
-            peer = tl.load(addresses_ptr + r).to(tl.pointer_type(tl.int64))
-            tl.store(peer + (half + rank) * block + at, word, mask=mask)
+    if not PUSHED:                                   # else the GEMV that computed x pushed it
+        _push_partials(x, at, mask, addresses_ptr, count, rank, block, 0, WORLD)
+    half = (PUSHED * 2 + (count & 1)) * WORLD       # [by gemv, half] of the words this rank reads
     mine = tl.load(addresses_ptr + rank).to(tl.pointer_type(tl.int64))
     total = tl.zeros([BLOCK_N], tl.float32)
     for r in tl.static_range(WORLD):                 # sum in rank order: the same bits on every rank
@@ -242,6 +250,7 @@ def all_reduce_add_rms_norm(x: Tensor,         # [T, N]: this rank's partial sum
                             eps: float,
                             bufs: PushBuffers,
                             max_spins: int = 1 << 30,  # reads of a peer's words before giving up (NaN)
+                            pushed: bool = False,      # the GEMV that computed `x` pushed it (`gemv(push=bufs)`)
                             ) -> tuple[Tensor, Tensor]:
     "`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns `(normed, residual)`."
     T, N = x.shape
@@ -252,7 +261,8 @@ def all_reduce_add_rms_norm(x: Tensor,         # [T, N]: this rank's partial sum
     BLOCK_N = next_pow2(N)
     _all_reduce_norm_kernel[(T,)](x, residual, weight, out, res_out, bufs.addresses, bufs.counters, bufs.rank, N,
                                   x.stride(0), residual.stride(0), bufs.max_rows, bufs.max_hidden, eps,
-                                  WORLD=bufs.world, BLOCK_N=BLOCK_N, MAX_SPINS=max_spins, PDL=pdl(), launch_pdl=pdl(),
+                                  WORLD=bufs.world, BLOCK_N=BLOCK_N, PUSHED=int(pushed), MAX_SPINS=max_spins, PDL=pdl(),
+                                  launch_pdl=pdl(),
                                   num_warps=8 if BLOCK_N >= 4096 else 4)
     return out, res_out
 
@@ -372,9 +382,11 @@ def _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM: tl.constexpr, HAS_RES
     return x.to(tl.float32)
 
 @jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, N, K, stride_wn, eps,
-                 HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, push_addresses_ptr, push_counter_ptr, N, K,
+                 stride_wn, eps, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr,
+                 HAS_RESIDUAL: tl.constexpr, PUSH_WORLD: tl.constexpr, PUSH_RANK: tl.constexpr,
+                 PUSH_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_X: tl.constexpr,
+                 PDL: tl.constexpr):
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     valid = n < N
     k = tl.arange(0, BLOCK_K)
@@ -382,14 +394,12 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, N, 
     w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)  # weights: before the wait
     pdl_sync(PDL)
     rstd = 1.0
-    if NORM:  # the prologue: every program sums the squares of the whole row (first program: stores the residual)
-        squares = tl.zeros([BLOCK_K], tl.float32)
-        for c in range(0, tl.cdiv(K, BLOCK_K)):
-            kk = c * BLOCK_K + k
-            x = _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL)
-            if HAS_RESIDUAL and tl.program_id(0) == 0: tl.store(res_out_ptr + kk, x, mask=kk < K)
-            squares += x.to(tl.float32) * x.to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, 0) / K + eps)
+    if NORM:  # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does (one
+        kx = tl.arange(0, BLOCK_X)[None, :]  # [1, BLOCK_X] tile, four warps), and the first stores the new residual
+        xr = _residual_sum(x_ptr, res_ptr, kx, K, HAS_RESIDUAL)
+        if HAS_RESIDUAL and tl.program_id(0) == 0: tl.store(res_out_ptr + kx, xr, mask=kx < K)
+        xf = xr.to(tl.float32)
+        rstd = tl.sum(1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / K + eps), 0)
     x = _gemv_input(x_ptr, res_ptr, nw_ptr, k, K, rstd, NORM, HAS_RESIDUAL)
     acc = tl.sum(w.to(tl.float32) * x[None, :], 1)
     for c in range(1, tl.cdiv(K, BLOCK_K)):
@@ -403,6 +413,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, N, 
         out = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
         tl.store(out_ptr + out, silu_mul_pairs(tl.reshape(y, [BLOCK_N // 2, 2])), mask=out < N // 2)
     else: tl.store(out_ptr + n, y, mask=valid)
+    if PUSH_WORLD > 1:  # row-parallel partials (float32), pushed to the peers for the all-reduce + norm that follows
+        _push_partials(y, n, valid, push_addresses_ptr, tl.load(push_counter_ptr), PUSH_RANK, PUSH_BLOCK, 1, PUSH_WORLD)
 
 @functools.cache
 def num_sms(device: torch.device) -> int:
@@ -415,7 +427,8 @@ def gemv(x: Tensor,                    # [..., K] holding one row
          out_dtype: torch.dtype | None = None,
          act: str | None = None,       # "silu_and_mul": of the product (rows interleaved), [..., N / 2]
          norm: tuple[Tensor | None, Tensor, float] | None = None,  # (residual, norm weight, eps): of RMSNorm(x + residual)
-         residual_out: Tensor | None = None) -> Tensor:  # [K], with a residual: where `x + residual` is stored
+         residual_out: Tensor | None = None,  # [K], with a residual: where `x + residual` is stored
+         push: PushBuffers | None = None) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the row RMS-normalized first."
     if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
@@ -423,13 +436,17 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs, out in the input's dtype"
     residual, norm_weight, eps = norm or (None, None, 0.0)
     assert residual is None or (residual.is_contiguous() and residual_out is not None), "a contiguous residual, and its out"
+    assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), "float32 partials that fit"
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # the kernel reads K values from its start
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
-    _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](x1, weight, bias, out, residual, norm_weight, residual_out, N, K,
-                                               weight.stride(0), eps, HAS_BIAS=bias is not None,
-                                               SILU_MUL=act is not None, NORM=norm is not None,
-                                               HAS_RESIDUAL=residual is not None, PDL=pdl(), launch_pdl=pdl(), **tiles)
+    assert not norm or (next_pow2(K) <= 4096 and tiles["num_warps"] == 4), "the norm kernel's reduction: 1 x K, 4 warps"
+    _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
+        x1, weight, bias, out, residual, norm_weight, residual_out, push and push.addresses, push and push.counters, N, K,
+        weight.stride(0), eps, HAS_BIAS=bias is not None, SILU_MUL=act is not None, NORM=norm is not None,
+        HAS_RESIDUAL=residual is not None, PUSH_WORLD=push.world if push else 1, PUSH_RANK=push.rank if push else 0,
+        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0, BLOCK_X=next_pow2(K) if norm else 1, PDL=pdl(),
+        launch_pdl=pdl(), **tiles)
     return out
 
 @functools.cache
@@ -438,20 +455,22 @@ def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
     return dict(BLOCK_N=8 if cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
                 BLOCK_K=min(1024, next_pow2(K)), num_warps=4, num_stages=3)
 
-def _one_gpu_row(x: Tensor, weight: Tensor) -> bool:
+def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
     "Whether `gemv` takes this product: a single row on a GPU, weights of its dtype in contiguous rows."
     return x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
            act: str | None = None) -> Tensor:
     "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`, `act` included."
-    if _one_gpu_row(x, weight): return gemv(x, weight, bias, out_dtype, act)
+    if one_gpu_row(x, weight): return gemv(x, weight, bias, out_dtype, act)
     return linear_ref(x, weight, bias, out_dtype, act)
 
 def norm_linear(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps: float, weight: Tensor,
                 bias: Tensor | None = None, act: str | None = None) -> tuple[Tensor, Tensor]:
-    "`norm_linear_ref`, except that one row on a GPU is one `gemv` launch, the norm in its prologue."
-    if not (_one_gpu_row(x, weight) and norm_weight.dtype == x.dtype and (residual is None or residual.is_contiguous())):
+    """`norm_linear_ref`, except that one row on a GPU, outside CUDA graph capture, is one `gemv` launch with the norm
+    in its prologue (same bits). In a graph a launch costs no host time, and the norm kernel is the faster of the two."""
+    if not (one_gpu_row(x, weight) and norm_weight.dtype == x.dtype and (residual is None or residual.is_contiguous())
+            and next_pow2(x.shape[-1]) <= 4096 and not torch.cuda.is_current_stream_capturing()):
         return norm_linear_ref(x, residual, norm_weight, eps, weight, bias, act)
     residual_out = x if residual is None else torch.empty_like(x)
     return gemv(x, weight, bias, act=act, norm=(residual, norm_weight, eps), residual_out=residual_out), residual_out

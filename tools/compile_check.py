@@ -88,6 +88,11 @@ def calls():
             for dt in (torch.float32, BF):          # (Qwen) and bf16 (MoE); rank 1 and 0 are specializations of their own
                 out.append((f"all_reduce_add_rms_norm world={world} rank={rank} {dt} T={T}", lambda x=x, res=res, w=w, b=bufs, dt=dt:
                             tk.all_reduce_add_rms_norm(x.to(dt), res, w, 1e-6, b)))
+            if T == 1:  # the row-parallel GEMV pushing its partials, and the all-reduce that then only waits
+                out += [(f"gemv o pushing world={world} rank={rank}",
+                         lambda b=bufs: tk.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32, push=b)),
+                        (f"all_reduce_add_rms_norm pushed world={world} rank={rank}",
+                         lambda x=x, res=res, w=w, b=bufs: tk.all_reduce_add_rms_norm(x.float(), res, w, 1e-6, b, pushed=True))]
         out.append((f"rotary dim 64 (MLA) T={T}",  # DeepSeek: the rope part of q and the shared k_pe
                     lambda T=T: tk.rotary(r(T, 16, 64), r(T, 1, 64), torch.arange(T), cache64, False)))
     for name, (N, K) in {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288),
