@@ -208,17 +208,18 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)       # the weight: before the wait
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)       # the weight and this rank's buffer
+    mine = tl.load(addresses_ptr + rank).to(tl.pointer_type(tl.int64))  # (no kernel writes them): before the wait
     pdl_sync(PDL)
     count = tl.load(counter_ptr + row)               # after the wait: an earlier call may still have been running
     flag = count + 1
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)  # asked for now, used once the words are in
     block = max_rows.to(tl.int64) * max_hidden
     at = row.to(tl.int64) * max_hidden + cols
     if not PUSHED:                                   # else the GEMV that computed x pushed it
         _push_partials(x, at, mask, addresses_ptr, count, rank, block, 0, WORLD)
     half = (PUSHED * 2 + (count & 1)) * WORLD       # [by gemv, half] of the words this rank reads
-    mine = tl.load(addresses_ptr + rank).to(tl.pointer_type(tl.int64))
     total = tl.zeros([BLOCK_N], tl.float32)
     for r in tl.static_range(WORLD):                 # sum in rank order: the same bits on every rank
         if r == rank: part = x
@@ -236,7 +237,6 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
         if r == 0: total = part
         else: total += part
     tl.store(counter_ptr + row, flag)
-    res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)
     xr = (total.to(res.dtype).to(tl.float32) + res.to(tl.float32)).to(res.dtype)  # as all_reduce(x).to(dtype) + res
     tl.store(res_out_ptr + row * N + cols, xr, mask=mask)
     xf = xr.to(tl.float32)                           # from here on as `_rms_norm_kernel`
