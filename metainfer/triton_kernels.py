@@ -146,7 +146,7 @@ def _as_rows(x: Tensor) -> Tensor:
 def _norm_launch(x3: Tensor, res: Tensor | None, weight: Tensor, eps: float, out: Tensor, res_out: Tensor | None):
     n_rows, N = x3.shape[0] * x3.shape[1], x3.shape[2]
     BLOCK_N = next_pow2(N)
-    ROWS = max(1, min(16, 2048 // BLOCK_N))
+    ROWS = 1 if n_rows == 1 else max(1, min(16, 2048 // BLOCK_N))  # one row: a [1, N] tile, as the GEMV's prologue
     _rms_norm_kernel[(cdiv(n_rows, ROWS),)](
         x3, res, weight, out, res_out, n_rows, x3.shape[1], x3.stride(0), x3.stride(1), N, eps,
         HAS_RESIDUAL=res is not None, ROWS=ROWS, BLOCK_N=BLOCK_N, PDL=pdl(), launch_pdl=pdl(),
@@ -440,7 +440,7 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # the kernel reads K values from its start
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
-    assert not norm or (next_pow2(K) <= 4096 and tiles["num_warps"] == 4), "the norm kernel's reduction: 1 x K, 4 warps"
+    assert not norm or (K % 16 == 0 and next_pow2(K) <= 4096 and tiles["num_warps"] == 4), "the norm kernel's tile: 1 x K, 4 warps"
     _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
         x1, weight, bias, out, residual, norm_weight, residual_out, push and push.addresses, push and push.counters, N, K,
         weight.stride(0), eps, HAS_BIAS=bias is not None, SILU_MUL=act is not None, NORM=norm is not None,
@@ -470,7 +470,7 @@ def norm_linear(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps: fl
     """`norm_linear_ref`, except that one row on a GPU, outside CUDA graph capture, is one `gemv` launch with the norm
     in its prologue (same bits). In a graph a launch costs no host time, and the norm kernel is the faster of the two."""
     if not (one_gpu_row(x, weight) and norm_weight.dtype == x.dtype and (residual is None or residual.is_contiguous())
-            and next_pow2(x.shape[-1]) <= 4096 and not torch.cuda.is_current_stream_capturing()):
+            and x.shape[-1] % 16 == 0 and next_pow2(x.shape[-1]) <= 4096 and not torch.cuda.is_current_stream_capturing()):
         return norm_linear_ref(x, residual, norm_weight, eps, weight, bias, act)
     residual_out = x if residual is None else torch.empty_like(x)
     return gemv(x, weight, bias, act=act, norm=(residual, norm_weight, eps), residual_out=residual_out), residual_out
