@@ -79,16 +79,19 @@ class SymmMemCommunicator(TorchDistCommunicator):
         return x
 
     def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-        pushed, self.pushed = x is self.pushed, None
-        if self.push is None or not self.push.takes(x): return super().all_reduce_add_rms_norm(x, residual, weight, eps)
-        return self.fused(x, residual, weight, eps, self.push, pushed=pushed)
+        pending, self.pushed = self.pushed, None
+        if self.push is None or not self.push.takes(x):
+            if pending is not None: self.push.counters[0] += 1  # a push nobody sums: its count is used up all the same
+            return super().all_reduce_add_rms_norm(x, residual, weight, eps)
+        return self.fused(x, residual, weight, eps, self.push, pushed=x is pending)  # (counts every row it sums)
 
     def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
-        "One GPU row's float32 partials are also pushed to the peers by the GEMV, unless a push is pending (see below)."
-        if (self.push is None or self.pushed is not None or out_dtype != torch.float32 or not self.one_gpu_row(x, weight)
-                or weight.shape[0] > self.push.max_hidden):
+        "With the Triton kernels, a GPU row's float32 partials `[1, N]` are also pushed to the peers by the GEMV."
+        if (self.push is None or self.pushed is not None or ops.backend != "triton" or x.dim() != 2
+                or (out_dtype or x.dtype) != torch.float32 or not self.one_gpu_row(x, weight)
+                or weight.shape[0] > self.push.max_hidden):  # (a push pending: the next all-reduce may not be of it)
             return super().partial_linear(x, weight, bias, out_dtype)
-        self.pushed = self.gemv(x, weight, bias, out_dtype, push=self.push)
+        self.pushed = self.gemv(x, weight, bias, torch.float32, push=self.push)
         return self.pushed
 
 _rendezvous_count = 0  # symmetric-memory rendezvous this process has done

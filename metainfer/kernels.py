@@ -160,9 +160,11 @@ class NormedInput:
         return normed
 
     def value(self) -> Tensor:
-        "The normalized input (computed on the first call)."
-        if self._value is None: self._value, self._residual = (
-            (self.norm(self.x), self.x) if self.residual_in is None else self.norm(self.x, self.residual_in))
+        "The normalized input (computed on the first call; from the sum once a linear has folded it in)."
+        if self._value is None:
+            if self.residual_in is None: self._value = self.norm(self.x)
+            elif self._residual is not None: self._value = self.norm(self._residual)  # the same bits as add + norm
+            else: self._value, self._residual = self.norm(self.x, self.residual_in)  # (a backend may do it in place)
         return self._value
 
     @property
@@ -172,10 +174,11 @@ class NormedInput:
         return self._residual
 
     def linear(self, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
-        "`ops.linear(self.value(), ...)`, through `ops.norm_linear` (the norm folded in) unless computed already."
-        if self._value is not None: return ops.linear(self._value, weight, bias, act=act)
+        "`ops.linear(self.value(), ...)`, through `ops.norm_linear` (the norm folded in) on the first read of a sum."
+        if self._value is not None or (self.residual_in is not None and self._residual is not None):
+            return ops.linear(self.value(), weight, bias, act=act)  # read before: `x` and `residual_in` may be used up
         y, residual = ops.norm_linear(self.x, self.residual_in, self.norm.weight, self.norm.eps, weight, bias, act)
-        if self._residual is None: self._residual = residual
+        self._residual = residual
         return y
 
     def input_for(self, module: nn.Module) -> NormedInput | Tensor:
