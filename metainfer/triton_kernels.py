@@ -18,7 +18,8 @@ except ImportError:  # the module still imports without triton; `available()` th
 # %% auto #0
 __all__ = ['interpreting', 'available', 'jit', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync', 'rms_norm',
            'add_rms_norm', 'PushBuffers', 'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul',
-           'num_sms', 'gemv', 'gemv_tiles', 'one_gpu_row', 'linear', 'norm_linear', 'TritonKernels']
+           'num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'one_gpu_row', 'linear', 'norm_linear',
+           'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -118,6 +119,16 @@ def pdl_sync(PDL: tl.constexpr):
 
 # %% ../nbs/03a_triton_kernels.ipynb #c008
 @jit
+def _inv_rms(xf, N, eps):
+    "`1 / RMS` of each row of a float32 tile `[R, BLOCK]` (`N` real columns): one reduction order for every caller."
+    return 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / N + eps)
+
+@jit
+def _normed(xf, rstd, w, dtype: tl.constexpr):
+    "`xf · rstd`, rounded to `dtype` as HF rounds before the weight, times the float32 weight `w` (float32; not rounded)."
+    return (xf * rstd).to(dtype).to(tl.float32) * w
+
+@jit
 def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_inner, stride_outer, stride_inner,
                      N, eps, HAS_RESIDUAL: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
                      PDL: tl.constexpr):
@@ -133,9 +144,7 @@ def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, n_rows, n_inne
         x = (x.to(tl.float32) + tl.load(res_ptr + x_offs, mask=mask, other=0.0).to(tl.float32)).to(x.dtype)
         tl.store(res_out_ptr + out_offs, x, mask=mask)
     xf = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / N + eps)
-    normed = (xf * rstd[:, None]).to(x.dtype).to(tl.float32)
-    tl.store(out_ptr + out_offs, normed * w[None, :], mask=mask)
+    tl.store(out_ptr + out_offs, _normed(xf, _inv_rms(xf, N, eps)[:, None], w[None, :], x.dtype), mask=mask)
 
 # %% ../nbs/03a_triton_kernels.ipynb #c010
 def _as_rows(x: Tensor) -> Tensor:
@@ -239,10 +248,9 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
     tl.store(counter_ptr + row, flag)
     xr = (total.to(res.dtype).to(tl.float32) + res.to(tl.float32)).to(res.dtype)  # as all_reduce(x).to(dtype) + res
     tl.store(res_out_ptr + row * N + cols, xr, mask=mask)
-    xf = xr.to(tl.float32)                           # from here on as `_rms_norm_kernel`
+    xf = xr.to(tl.float32)                           # from here on as `_rms_norm_kernel`, on a 1-D row
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
-    normed = (xf * rstd).to(xr.dtype).to(tl.float32)
-    tl.store(out_ptr + row * N + cols, normed * w, mask=mask)
+    tl.store(out_ptr + row * N + cols, _normed(xf, rstd, w, xr.dtype), mask=mask)
 
 def all_reduce_add_rms_norm(x: Tensor,         # [T, N]: this rank's partial sum, any float dtype
                             residual: Tensor,  # [T, N]
@@ -377,7 +385,7 @@ def _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM: tl.constexpr, HAS_RES
     if NORM:
         x = _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL)
         nw = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-        x = ((x.to(tl.float32) * rstd).to(x.dtype).to(tl.float32) * nw).to(x.dtype)
+        x = _normed(x.to(tl.float32), rstd, nw, x.dtype).to(x.dtype)
     else: x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
     return x.to(tl.float32)
 
@@ -398,8 +406,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, pus
         kx = tl.arange(0, BLOCK_X)[None, :]  # [1, BLOCK_X] tile, four warps), and the first stores the new residual
         xr = _residual_sum(x_ptr, res_ptr, kx, K, HAS_RESIDUAL)
         if HAS_RESIDUAL and tl.program_id(0) == 0: tl.store(res_out_ptr + kx, xr, mask=kx < K)
-        xf = xr.to(tl.float32)
-        rstd = tl.sum(1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / K + eps), 0)
+        rstd = tl.sum(_inv_rms(xr.to(tl.float32), K, eps), 0)  # [1] -> its one value
     x = _gemv_input(x_ptr, res_ptr, nw_ptr, k, K, rstd, NORM, HAS_RESIDUAL)
     acc = tl.sum(w.to(tl.float32) * x[None, :], 1)
     for c in range(1, tl.cdiv(K, BLOCK_K)):
@@ -440,7 +447,7 @@ def gemv(x: Tensor,                    # [..., K] holding one row
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # the kernel reads K values from its start
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
-    assert not norm or (K % 16 == 0 and next_pow2(K) <= 4096 and tiles["num_warps"] == 4), "the norm kernel's tile: 1 x K, 4 warps"
+    assert not norm or (prologue_norms_alike(K) and tiles["num_warps"] == 4), "the norm kernel's tile: 1 x K, 4 warps"
     _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
         x1, weight, bias, out, residual, norm_weight, residual_out, push and push.addresses, push and push.counters, N, K,
         weight.stride(0), eps, HAS_BIAS=bias is not None, SILU_MUL=act is not None, NORM=norm is not None,
@@ -454,6 +461,11 @@ def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
     "The GEMV's tile and launch options for an `[N, K]` weight (`tools/step_chain.py --gemv-tiles` tries others)."
     return dict(BLOCK_N=8 if cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
                 BLOCK_K=min(1024, next_pow2(K)), num_warps=4, num_stages=3)
+
+def prologue_norms_alike(K: int) -> bool:
+    """Whether a GEMV prologue (4 warps) normalizes a row of `K` as `_norm_launch` does a single row: `K` a multiple of
+    16 (both load the row alike) and at most 4,096 wide (the norm kernel's 4-warp tiles)."""
+    return K % 16 == 0 and next_pow2(K) <= 4096
 
 def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
     "Whether `gemv` takes this product: a single row on a GPU, weights of its dtype in contiguous rows."
@@ -470,7 +482,7 @@ def norm_linear(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps: fl
     """`norm_linear_ref`, except that one row on a GPU, outside CUDA graph capture, is one `gemv` launch with the norm
     in its prologue (same bits). In a graph a launch costs no host time, and the norm kernel is the faster of the two."""
     if not (one_gpu_row(x, weight) and norm_weight.dtype == x.dtype and (residual is None or residual.is_contiguous())
-            and x.shape[-1] % 16 == 0 and next_pow2(x.shape[-1]) <= 4096 and not torch.cuda.is_current_stream_capturing()):
+            and prologue_norms_alike(x.shape[-1]) and not torch.cuda.is_current_stream_capturing()):
         return norm_linear_ref(x, residual, norm_weight, eps, weight, bias, act)
     residual_out = x if residual is None else torch.empty_like(x)
     return gemv(x, weight, bias, act=act, norm=(residual, norm_weight, eps), residual_out=residual_out), residual_out
