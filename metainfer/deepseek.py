@@ -30,7 +30,7 @@ class DeepseekModel(nn.Module):
     def __init__(self, cfg: ModelConfig, ep_size: int | None = None):
         super().__init__()
         rotary = mla_rotary(cfg)
-        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, reduce_results=False)
         self.layers = nn.ModuleList(DeepseekDecoderLayer(cfg, i, rotary, ep_size) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

@@ -38,8 +38,10 @@ class TorchDistCommunicator:
         dist.broadcast(x, src=src, group=self.group)
         return x
 
-    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
+                                eps: float) -> tuple[Tensor, Tensor]:
         "`add_rms_norm` of the ranks' summed partials `x` (rounded to `residual`'s dtype) and `residual`."
+        if residual is None: return ops.rms_norm(x := self.all_reduce(x), weight, eps), x  # (embedding rows)
         return ops.add_rms_norm(self.all_reduce(x).to(residual.dtype), residual, weight, eps)
 
     def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
@@ -78,7 +80,8 @@ class SymmMemCommunicator(TorchDistCommunicator):
         torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
         return x
 
-    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
+                                eps: float) -> tuple[Tensor, Tensor]:
         pending, self.pushed = self.pushed, None
         if self.push is None or not self.push.takes(x):
             if pending is not None: self.push.counters[0] += 1  # a push nobody sums: its count is used up all the same
@@ -219,9 +222,13 @@ class ParallelInfo:
         "The dtype a rank's partial sum is kept in: float32 for 16-bit activations under TP (rounded once, after the sum)."
         return torch.float32 if self.size > 1 and dtype in (torch.float16, torch.bfloat16) else None
 
-    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-        "`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed."
-        if self.size == 1: return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
+                                eps: float) -> tuple[Tensor, Tensor]:
+        """`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed.
+        `residual=None`: `(rms_norm(Σ_ranks x), Σ_ranks x)` (the vocabulary-parallel embedding's rows)."""
+        if self.size == 1:
+            if residual is None: return ops.rms_norm(x, weight, eps), x
+            return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
         return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
 
     def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

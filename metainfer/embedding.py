@@ -16,10 +16,12 @@ __all__ = ['VocabParallelEmbedding', 'ParallelLMHead']
 
 # %% ../nbs/06_embedding.ipynb #c004
 class VocabParallelEmbedding(nn.Module):
-    "Embedding with the vocabulary split into contiguous row slices, one per rank."
-    def __init__(self, num_embeddings: int, embedding_dim: int, tp: ParallelInfo | None = None):
+    """Embedding with the vocabulary split into contiguous row slices, one per rank. `reduce_results=False`: each rank
+    returns its own lookup (zeros for ids it does not hold), for a model that sums it with the first norm."""
+    def __init__(self, num_embeddings: int, embedding_dim: int, tp: ParallelInfo | None = None,
+                 reduce_results: bool = True):
         super().__init__()
-        self.tp = tp or get_tp()
+        self.tp, self.reduce_results = tp or get_tp(), reduce_results
         self.num_embeddings = num_embeddings
         self.rows = -(-num_embeddings // self.tp.size)  # ceil: rows per rank, padded
         self.start = self.tp.rank * self.rows
@@ -32,11 +34,8 @@ class VocabParallelEmbedding(nn.Module):
         param[:n].copy_(take(loaded, 0, self.start, n))
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        if self.tp.size == 1: return F.embedding(input_ids, self.weight)
-        local = input_ids - self.start
-        mine = (local >= 0) & (local < self.rows)
-        y = F.embedding(local.clamp(0, self.rows - 1), self.weight) * mine.unsqueeze(-1)
-        return self.tp.all_reduce(y)
+        y = ops.embedding(input_ids, self.weight, self.start)
+        return self.tp.all_reduce(y) if self.reduce_results else y
 
 # %% ../nbs/06_embedding.ipynb #c008
 class ParallelLMHead(VocabParallelEmbedding):

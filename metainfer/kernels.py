@@ -11,8 +11,8 @@ from torch import nn, Tensor
 
 # %% auto #0
 __all__ = ['OP_NAMES', 'ops', 'rms_norm_ref', 'add_rms_norm_ref', 'rope_inv_freq', 'rope_cos_sin_cache', 'rotary_ref',
-           'silu_and_mul_ref', 'linear_ref', 'norm_linear_ref', 'TorchKernels', 'Ops', 'RMSNorm', 'Rope',
-           'RotaryEmbedding', 'NormedInput']
+           'silu_and_mul_ref', 'embedding_ref', 'linear_ref', 'norm_linear_ref', 'TorchKernels', 'Ops', 'RMSNorm',
+           'Rope', 'RotaryEmbedding', 'NormedInput']
 
 # %% ../nbs/03_kernels.ipynb #c005
 def rms_norm_ref(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -57,6 +57,13 @@ def silu_and_mul_ref(x: Tensor) -> Tensor:
     gate, up = x.unflatten(-1, (-1, 2)).unbind(-1)
     return F.silu(gate) * up
 
+# %% ../nbs/03_kernels.ipynb #2fe0fc4e
+def embedding_ref(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
+    "Rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start, start + rows)` (another rank's)."
+    local = ids - start
+    mine = (local >= 0) & (local < weight.shape[0])
+    return F.embedding(local.clamp(0, weight.shape[0] - 1), weight) * mine.unsqueeze(-1)
+
 # %% ../nbs/03_kernels.ipynb #0370ef1b
 def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
                act: str | None = None) -> Tensor:
@@ -74,7 +81,7 @@ def norm_linear_ref(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps
     return ops.linear(normed, weight, bias, act=act), residual
 
 # %% ../nbs/03_kernels.ipynb #c018
-OP_NAMES = ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul", "linear", "norm_linear")
+OP_NAMES = ("rms_norm", "add_rms_norm", "rotary", "silu_and_mul", "linear", "norm_linear", "embedding")
 
 class TorchKernels:
     "Pure-torch reference kernels: the CPU path and the oracle for every fast backend."
@@ -85,6 +92,7 @@ class TorchKernels:
     silu_and_mul = staticmethod(silu_and_mul_ref)
     linear = staticmethod(linear_ref)
     norm_linear = staticmethod(norm_linear_ref)
+    embedding = staticmethod(embedding_ref)
 
 # %% ../nbs/03_kernels.ipynb #c019
 class Ops:

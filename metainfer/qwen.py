@@ -64,7 +64,7 @@ class DecoderLayer(nn.Module):
         self.tp = get_tp()
 
     def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
-        "`x`: the embedding (first layer: no `residual` yet), else the previous MLP's partial sum."
+        "`x`: the previous MLP's partial sum, or (first layer, no `residual` yet) this rank's embedding rows."
         h = self.sum_add_norm(self.input_layernorm, x, residual)
         attn = self.self_attn(positions, h.input_for(self.self_attn), meta)   # reads h: its residual is known after
         h = self.sum_add_norm(self.post_attention_layernorm, attn, h.residual)
@@ -72,8 +72,8 @@ class DecoderLayer(nn.Module):
 
     def sum_add_norm(self, norm: RMSNorm, x: Tensor, residual: Tensor | None) -> NormedInput:
         "`norm(Σ_ranks x + residual)`: the ranks' partial sums `x` summed, added to the residual, normalized."
-        if residual is None: return NormedInput(norm, x)  # the embedding: whole on every rank, and the residual itself
-        if self.tp.size == 1: return NormedInput(norm, x.to(residual.dtype), residual)  # computed by its reader
+        if self.tp.size == 1:  # computed by its reader (no residual: the embedding, which is the residual itself)
+            return NormedInput(norm, x) if residual is None else NormedInput(norm, x.to(residual.dtype), residual)
         return NormedInput.computed(*self.tp.all_reduce_add_rms_norm(x, residual, norm.weight, norm.eps))
 
 class QwenDecoderLayer(DecoderLayer):
@@ -87,7 +87,7 @@ class QwenModel(nn.Module):
         super().__init__()
         if cfg.rope_scaling is not None: raise NotImplementedError(f"rope scaling {cfg.rope_scaling} for Qwen")
         rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox=True)
-        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, reduce_results=False)
         self.layers = nn.ModuleList(QwenDecoderLayer(cfg, rotary) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

@@ -8,7 +8,7 @@ import functools, os
 from dataclasses import dataclass
 import torch
 from torch import Tensor
-from .kernels import linear_ref, norm_linear_ref
+from .kernels import embedding_ref, linear_ref, norm_linear_ref
 try:
     import triton
     import triton.language as tl
@@ -18,7 +18,7 @@ except ImportError:  # the module still imports without triton; `available()` th
 # %% auto #0
 __all__ = ['interpreting', 'available', 'jit', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync', 'rms_norm',
            'add_rms_norm', 'PushBuffers', 'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul',
-           'num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'one_gpu_row', 'linear', 'norm_linear',
+           'embedding', 'num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'one_gpu_row', 'linear', 'norm_linear',
            'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
@@ -213,7 +213,8 @@ def _push_partials(x, offs, mask, addresses_ptr, count, rank, block, BY_GEMV: tl
 @jit
 def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, addresses_ptr, counter_ptr, rank, N,
                             stride_x, stride_res, max_rows, max_hidden, eps, WORLD: tl.constexpr,
-                            BLOCK_N: tl.constexpr, PUSHED: tl.constexpr, MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
+                            BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PUSHED: tl.constexpr,
+                            MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     mask = cols < N
@@ -223,7 +224,7 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
     count = tl.load(counter_ptr + row)               # after the wait: an earlier call may still have been running
     flag = count + 1
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)  # asked for now, used once the words are in
+    if HAS_RESIDUAL: res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)  # asked for now, used
     block = max_rows.to(tl.int64) * max_hidden
     at = row.to(tl.int64) * max_hidden + cols
     if not PUSHED:                                   # else the GEMV that computed x pushed it
@@ -245,31 +246,35 @@ def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, address
             part = tl.where(missing > 0, float("nan"), part)  # the peer never came: NaN, not a hang
         if r == 0: total = part
         else: total += part
-    tl.store(counter_ptr + row, flag)
-    xr = (total.to(res.dtype).to(tl.float32) + res.to(tl.float32)).to(res.dtype)  # as all_reduce(x).to(dtype) + res
+    tl.store(counter_ptr + row, flag)                # (the residual: once the words are in)
+    xr = total.to(res_out_ptr.dtype.element_ty)      # as all_reduce(x).to(dtype) (+ residual)
+    if HAS_RESIDUAL: xr = (xr.to(tl.float32) + res.to(tl.float32)).to(xr.dtype)
     tl.store(res_out_ptr + row * N + cols, xr, mask=mask)
     xf = xr.to(tl.float32)                           # from here on as `_rms_norm_kernel`, on a 1-D row
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
     tl.store(out_ptr + row * N + cols, _normed(xf, rstd, w, xr.dtype), mask=mask)
 
-def all_reduce_add_rms_norm(x: Tensor,         # [T, N]: this rank's partial sum, any float dtype
-                            residual: Tensor,  # [T, N]
+def all_reduce_add_rms_norm(x: Tensor,                # [T, N]: this rank's partial sum, any float dtype
+                            residual: Tensor | None,  # [T, N]; None: the sum (in x's dtype) is the new residual
                             weight: Tensor,    # [N]
                             eps: float,
                             bufs: PushBuffers,
                             max_spins: int = 1 << 30,  # reads of a peer's words before giving up (NaN)
                             pushed: bool = False,      # the GEMV that computed `x` pushed it (`gemv(push=bufs)`)
                             ) -> tuple[Tensor, Tensor]:
-    "`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns `(normed, residual)`."
+    """`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns `(normed, residual)`.
+    Without a residual (the vocabulary-parallel embedding's rows), `rms_norm` of the sum, and the sum."""
     T, N = x.shape
     if not bufs.takes(x): raise ValueError(f"{tuple(x.shape)} exceeds the push buffers' {bufs.max_rows} x {bufs.max_hidden}")
-    residual = residual if residual.stride(-1) == 1 else residual.contiguous()
-    out = torch.empty(x.shape, dtype=torch.promote_types(residual.dtype, weight.dtype), device=x.device)
-    res_out = torch.empty_like(residual)
+    if residual is not None and residual.stride(-1) != 1: residual = residual.contiguous()
+    dtype = x.dtype if residual is None else residual.dtype
+    out = torch.empty(x.shape, dtype=torch.promote_types(dtype, weight.dtype), device=x.device)
+    res_out = torch.empty(x.shape, dtype=dtype, device=x.device)
     BLOCK_N = next_pow2(N)
     _all_reduce_norm_kernel[(T,)](x, residual, weight, out, res_out, bufs.addresses, bufs.counters, bufs.rank, N,
-                                  x.stride(0), residual.stride(0), bufs.max_rows, bufs.max_hidden, eps,
-                                  WORLD=bufs.world, BLOCK_N=BLOCK_N, PUSHED=int(pushed), MAX_SPINS=max_spins, PDL=pdl(),
+                                  x.stride(0), 0 if residual is None else residual.stride(0), bufs.max_rows,
+                                  bufs.max_hidden, eps, WORLD=bufs.world, BLOCK_N=BLOCK_N,
+                                  HAS_RESIDUAL=residual is not None, PUSHED=int(pushed), MAX_SPINS=max_spins, PDL=pdl(),
                                   launch_pdl=pdl(),
                                   num_warps=8 if BLOCK_N >= 4096 else 4)
     return out, res_out
@@ -369,6 +374,28 @@ def silu_and_mul(x: Tensor) -> Tensor:
     BLOCK = min(1024, next_pow2(I))
     _silu_and_mul_kernel[(x2.shape[0], cdiv(I, BLOCK))](x2, out, x2.stride(0), I, BLOCK=BLOCK, PDL=pdl(),
                                                                launch_pdl=pdl(), num_warps=4)
+    return out
+
+# %% ../nbs/03a_triton_kernels.ipynb #4301f963
+@jit
+def _embedding_kernel(ids_ptr, w_ptr, out_ptr, start, rows, D, stride_w, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    pdl_sync(PDL)
+    local = tl.load(ids_ptr + t).to(tl.int64) - start
+    mine = (local >= 0) & (local < rows)
+    x = tl.load(w_ptr + tl.where(mine, local, 0) * stride_w + cols, mask=(cols < D) & mine, other=0.0)
+    tl.store(out_ptr + t * D + cols, x, mask=cols < D)
+
+def embedding(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
+    "`embedding_ref`: rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start, start + rows)`."
+    if not (ids.is_cuda or interpreting()) or weight.stride(1) != 1: return embedding_ref(ids, weight, start)
+    flat, D = ids.reshape(-1), weight.shape[1]
+    out = torch.empty(*ids.shape, D, dtype=weight.dtype, device=weight.device)
+    BLOCK = min(1024, next_pow2(D))
+    if flat.numel(): _embedding_kernel[(flat.numel(), cdiv(D, BLOCK))](flat, weight, out, start, weight.shape[0], D,
+                                                                       weight.stride(0), BLOCK=BLOCK, PDL=pdl(),
+                                                                       launch_pdl=pdl(), num_warps=4)
     return out
 
 # %% ../nbs/03a_triton_kernels.ipynb #b04fa150
@@ -497,3 +524,4 @@ class TritonKernels:
     silu_and_mul = staticmethod(silu_and_mul)
     linear = staticmethod(linear)
     norm_linear = staticmethod(norm_linear)
+    embedding = staticmethod(embedding)
