@@ -8,7 +8,7 @@ import importlib
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata
-from .kernels import Rope, linear_ref, norm_linear_ref, silu_and_mul_ref
+from .kernels import Rope, embedding_ref, linear_ref, norm_linear_ref, silu_and_mul_ref
 from .triton_kernels import embedding as triton_embedding, silu_and_mul as triton_silu_and_mul
 from .triton_attention import flash_attention_takes
 
@@ -89,7 +89,9 @@ class VllmKernels:
         return triton_silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x)
 
     linear = staticmethod(linear_ref)  # cuBLAS, as vLLM's own linear layers use
-    embedding = staticmethod(triton_embedding)  # ours (vLLM's layers do this lookup in torch ops)
+    def embedding(self, ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
+        "Ours: vLLM's layers do this lookup in torch ops."
+        return triton_embedding(ids, weight, start) if ids.is_cuda else embedding_ref(ids, weight, start)
     norm_linear = staticmethod(norm_linear_ref)  # its add + norm, then cuBLAS
 
 # %% ../nbs/07b_external_kernels.ipynb #c010

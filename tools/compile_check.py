@@ -92,7 +92,12 @@ def calls():
                 out += [(f"gemv o pushing world={world} rank={rank}",
                          lambda b=bufs: tk.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32, push=b)),
                         (f"all_reduce_add_rms_norm pushed world={world} rank={rank}",
-                         lambda x=x, res=res, w=w, b=bufs: tk.all_reduce_add_rms_norm(x.float(), res, w, 1e-6, b, pushed=True))]
+                         lambda x=x, res=res, w=w, b=bufs: tk.all_reduce_add_rms_norm(x.float(), res, w, 1e-6, b, pushed=True)),
+                        (f"gemv o with the all-reduce + norm world={world} rank={rank}",
+                         lambda res=res, w=w, b=bufs: tk.gemv_all_reduce_add_rms_norm(r(1, 2048), r(4096, 2048), None, res,
+                                                                                      w, 1e-6, b))]
+            out.append((f"all_reduce_add_rms_norm no residual (embedding) world={world} rank={rank} T={T}",
+                        lambda x=x, w=w, b=bufs: tk.all_reduce_add_rms_norm(x, None, w, 1e-6, b)))
         out.append((f"rotary dim 64 (MLA) T={T}",  # DeepSeek: the rope part of q and the shared k_pe
                     lambda T=T: tk.rotary(r(T, 16, 64), r(T, 1, 64), torch.arange(T), cache64, False)))
     for name, (N, K) in {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288),
@@ -107,7 +112,8 @@ def calls():
              ("gemv with the norm in its prologue (qkv)", lambda: tk.gemv(r(1, 4096), r(6144, 4096),
                                                                           norm=(r(1, 4096), r(4096), 1e-6), residual_out=r(1, 4096))),
              ("gemv with the norm, no residual, + activation", lambda: tk.gemv(r(1, 4096), r(24576, 4096), act="silu_and_mul",
-                                                                               norm=(None, r(4096), 1e-6)))]
+                                                                               norm=(None, r(4096), 1e-6))),
+             ("embedding (a rank's rows)", lambda: tk.embedding(torch.tensor([3, 70000]), r(75968, 4096), 75968))]
     PAGE, H, HK, D = 16, 32, 8, 128
     kc, vc = r(64, PAGE, HK, D), r(64, PAGE, HK, D)
     for B, ctx in ((1, 384), (16, 100)):

@@ -235,6 +235,13 @@ def stage_tp2_latency():
     bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
 
 
+def stage_tp2_latency_ab():
+    "Stage tp2-latency's run (no profiles) with each `older_packages()`, then the current one, in the same call."
+    for at in [*older_packages(), None]:
+        name = f"latency-qwen3-8b-b1-tp2{f'-at-{at.name}' if at else '-ab'}"
+        bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name {name}", 150, at)
+
+
 def stage_tp4():
     "Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1, then B=1 decode with graphs (profile: the all-reduce share)."
     m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
