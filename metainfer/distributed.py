@@ -44,8 +44,7 @@ class TorchDistCommunicator:
         if residual is None: return ops.rms_norm(x := self.all_reduce(x), weight, eps), x  # (embedding rows)
         return ops.add_rms_norm(self.all_reduce(x).to(residual.dtype), residual, weight, eps)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
-                       sums_next: bool = False) -> Tensor:
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
         "A row-parallel layer's product, this rank's partial sum (`all_reduce_add_rms_norm` sums it next)."
         return ops.linear(x, weight, bias, out_dtype=out_dtype)
 
@@ -63,9 +62,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
         self.group_name = group.group_name
         self.push, self.fused = None, triton_kernels.all_reduce_add_rms_norm  # the fused kernel's buffers, where Triton runs compiled
         self.gemv, self.one_gpu_row = triton_kernels.gemv, triton_kernels.one_gpu_row
-        self.gemv_all_reduce = triton_kernels.gemv_all_reduce_add_rms_norm
         self.pushed = None  # the partial sums a GEMV pushed already, until the fused all-reduce sums them
-        self.deferred = None  # (out, x, weight, bias): a product left for the all-reduce that sums it (`sums_next`)
         if triton_kernels.available() and not triton_kernels.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(4 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
@@ -77,25 +74,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
                                                    max_rows, max_hidden)
             self._push_buf = buf  # kept alive: peers write into it
 
-    def _launch_deferred(self) -> None:
-        "Compute a deferred product now (pushing its partials), before anything else reaches the communicator."
-        if self.deferred is None: return
-        out, x, weight, bias = self.deferred
-        self.deferred = None
-        self.pushed = self.gemv(x, weight, bias, torch.float32, push=self.push)
-        out.copy_(self.pushed)  # (rare: only if something other than its all-reduce comes first)
-        self.pushed = out
-
-    def all_gather(self, x: Tensor, dim: int = -1) -> Tensor:
-        self._launch_deferred()
-        return super().all_gather(x, dim)
-
-    def broadcast(self, x: Tensor, src: int = 0) -> Tensor:
-        self._launch_deferred()
-        return super().broadcast(x, src)
-
     def all_reduce(self, x: Tensor) -> Tensor:
-        self._launch_deferred()
         n, buf = x.numel(), self.bufs.get(x.dtype)
         if buf is None or n > buf.numel() or not x.is_contiguous(): return super().all_reduce(x)
         torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
@@ -103,31 +82,18 @@ class SymmMemCommunicator(TorchDistCommunicator):
 
     def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
                                 eps: float) -> tuple[Tensor, Tensor]:
-        if self.deferred is not None and x is self.deferred[0] and self.push.takes(x):  # one launch: the GEMV, its push,
-            _, xin, w, b = self.deferred                                               # and in its last program the sum
-            self.deferred = None
-            return self.gemv_all_reduce(xin, w, b, residual, weight, eps, self.push)
-        self._launch_deferred()
         pending, self.pushed = self.pushed, None
         if self.push is None or not self.push.takes(x):
             if pending is not None: self.push.counters[0] += 1  # a push nobody sums: its count is used up all the same
             return super().all_reduce_add_rms_norm(x, residual, weight, eps)
         return self.fused(x, residual, weight, eps, self.push, pushed=x is pending)  # (counts every row it sums)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
-                       sums_next: bool = False) -> Tensor:
-        """With the Triton kernels, a GPU row's float32 partials `[1, N]` are also pushed to the peers by the GEMV. With
-        `sums_next` (the caller's promise: the result's only reader is the next `all_reduce_add_rms_norm`), the GEMV waits
-        for that call, which launches it with the sum and norm done by its last program: one kernel instead of two."""
-        self._launch_deferred()
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
+        "With the Triton kernels, a GPU row's float32 partials `[1, N]` are also pushed to the peers by the GEMV."
         if (self.push is None or self.pushed is not None or ops.backend != "triton" or x.dim() != 2
                 or (out_dtype or x.dtype) != torch.float32 or not self.one_gpu_row(x, weight)
                 or weight.shape[0] > self.push.max_hidden):  # (a push pending: the next all-reduce may not be of it)
             return super().partial_linear(x, weight, bias, out_dtype)
-        if sums_next:
-            out = torch.empty(1, weight.shape[0], dtype=torch.float32, device=x.device)
-            self.deferred = (out, x, weight, bias)
-            return out
         self.pushed = self.gemv(x, weight, bias, torch.float32, push=self.push)
         return self.pushed
 
@@ -265,12 +231,11 @@ class ParallelInfo:
             return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
         return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None, sums_next: bool = False) -> Tensor:
-        """A row-parallel product: this rank's partial sum, in `partial_dtype` (the communicator may push it to the peers;
-        `sums_next`: the next `all_reduce_add_rms_norm` is its only reader, so that call may compute it)."""
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        "A row-parallel product: this rank's partial sum, in `partial_dtype` (the communicator may push it to the peers)."
         out_dtype = self.partial_dtype(x.dtype)
         if self.size == 1: return ops.linear(x, weight, bias, out_dtype=out_dtype)
-        return self.comm.partial_linear(x, weight, bias, out_dtype, sums_next)
+        return self.comm.partial_linear(x, weight, bias, out_dtype)
 
 # %% ../nbs/04_distributed.ipynb #c010
 _TP = ParallelInfo()

@@ -27,8 +27,7 @@ class QwenAttention(nn.Module):
                                           cfg.num_key_value_heads, bias=cfg.qkv_bias)
         H, Hk, D = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads, cfg.head_dim  # local heads
         self.sizes = [H * D, Hk * D, Hk * D]
-        self.o_proj = RowParallelLinear(cfg.num_attention_heads * D, cfg.hidden_size, reduce_results=reduce_results,
-                                        sums_next=True)  # its output goes to the layer's next norm only
+        self.o_proj = RowParallelLinear(cfg.num_attention_heads * D, cfg.hidden_size, reduce_results=reduce_results)
         self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.rotary_emb = rotary
@@ -49,8 +48,7 @@ class QwenMLP(nn.Module):
     def __init__(self, cfg: ModelConfig, reduce_results: bool = True):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, interleave=True)
-        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, reduce_results=reduce_results,
-                                           sums_next=True)  # its output goes to the next layer's first norm only
+        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, reduce_results=reduce_results)
 
     def forward(self, x: Tensor | NormedInput) -> Tensor:
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))  # a backend may fuse the activation in

@@ -18,8 +18,8 @@ except ImportError:  # the module still imports without triton; `available()` th
 # %% auto #0
 __all__ = ['interpreting', 'available', 'jit', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync', 'rms_norm',
            'add_rms_norm', 'PushBuffers', 'all_reduce_add_rms_norm', 'rotary', 'silu_mul_pairs', 'silu_and_mul',
-           'embedding', 'num_sms', 'gemv', 'gemv_all_reduce_add_rms_norm', 'gemv_tiles', 'prologue_norms_alike',
-           'one_gpu_row', 'linear', 'norm_linear', 'TritonKernels']
+           'embedding', 'num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'one_gpu_row', 'linear', 'norm_linear',
+           'TritonKernels']
 
 # %% ../nbs/03a_triton_kernels.ipynb #c005
 def interpreting() -> bool:
@@ -191,10 +191,6 @@ class PushBuffers:
     rank: int
     max_rows: int
     max_hidden: int
-    finished: Tensor | None = None  # [1] int32 on the device: programs of a reducing GEMV done (its last resets it)
-
-    def __post_init__(self):
-        if self.finished is None: self.finished = torch.zeros(1, dtype=torch.int32, device=self.counters.device)
 
     @property
     def world(self) -> int: return self.addresses.numel()
@@ -215,12 +211,26 @@ def _push_partials(x, offs, mask, addresses_ptr, count, rank, block, BY_GEMV: tl
             tl.store(peer + at, word, mask=mask)
 
 @jit
-def _peer_sum(x, mine, count, rank, at, mask, block, PUSHED: tl.constexpr, WORLD: tl.constexpr, MAX_SPINS: tl.constexpr):
-    """`Σ_ranks` of a tile, in rank order (the same bits on every rank): this rank's float32 part `x`, and each peer's
-    words of call `count` from this rank's buffer `mine` at `at`, waited for (NaN where they never come)."""
+def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, addresses_ptr, counter_ptr, rank, N,
+                            stride_x, stride_res, max_rows, max_hidden, eps, WORLD: tl.constexpr,
+                            BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PUSHED: tl.constexpr,
+                            MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)       # the weight and this rank's buffer
+    mine = tl.load(addresses_ptr + rank).to(tl.pointer_type(tl.int64))  # (no kernel writes them): before the wait
+    pdl_sync(PDL)
+    count = tl.load(counter_ptr + row)               # after the wait: an earlier call may still have been running
     flag = count + 1
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL: res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)  # asked for now, used
+    block = max_rows.to(tl.int64) * max_hidden
+    at = row.to(tl.int64) * max_hidden + cols
+    if not PUSHED:                                   # else the GEMV that computed x pushed it
+        _push_partials(x, at, mask, addresses_ptr, count, rank, block, 0, WORLD)
     half = (PUSHED * 2 + (count & 1)) * WORLD       # [by gemv, half] of the words this rank reads
-    total = tl.zeros(x.shape, tl.float32)
+    total = tl.zeros([BLOCK_N], tl.float32)
     for r in tl.static_range(WORLD):                 # sum in rank order: the same bits on every rank
         if r == rank: part = x
         else:
@@ -236,43 +246,13 @@ def _peer_sum(x, mine, count, rank, at, mask, block, PUSHED: tl.constexpr, WORLD
             part = tl.where(missing > 0, float("nan"), part)  # the peer never came: NaN, not a hang
         if r == 0: total = part
         else: total += part
-    return total
-
-@jit
-def _sum_add_norm_row(x, res, w, mine, count, rank, at, mask, N, eps, block, out_ptrs, res_out_ptrs, counter_ptr,
-                      WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PUSHED: tl.constexpr, MAX_SPINS: tl.constexpr):
-    """Sum call `count` of a row over the ranks (`_peer_sum`), round, add `res` (if `HAS_RESIDUAL`), store that and its
-    RMSNorm (weight `w`), and count the call: the fused all-reduce's work on a whole-row tile."""
-    total = _peer_sum(x, mine, count, rank, at, mask, block, PUSHED, WORLD, MAX_SPINS)
-    tl.store(counter_ptr, count + 1)
-    xr = total.to(res_out_ptrs.dtype.element_ty)     # as all_reduce(x).to(dtype) (+ residual)
+    tl.store(counter_ptr + row, flag)                # (the residual: once the words are in)
+    xr = total.to(res_out_ptr.dtype.element_ty)      # as all_reduce(x).to(dtype) (+ residual)
     if HAS_RESIDUAL: xr = (xr.to(tl.float32) + res.to(tl.float32)).to(xr.dtype)
-    tl.store(res_out_ptrs, xr, mask=mask)
+    tl.store(res_out_ptr + row * N + cols, xr, mask=mask)
     xf = xr.to(tl.float32)                           # from here on as `_rms_norm_kernel`, on a 1-D row
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
-    tl.store(out_ptrs, _normed(xf, rstd, w, xr.dtype), mask=mask)
-
-@jit
-def _all_reduce_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, addresses_ptr, counter_ptr, rank, N,
-                            stride_x, stride_res, max_rows, max_hidden, eps, WORLD: tl.constexpr,
-                            BLOCK_N: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PUSHED: tl.constexpr,
-                            MAX_SPINS: tl.constexpr, PDL: tl.constexpr):
-    row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)       # the weight and this rank's buffer
-    mine = tl.load(addresses_ptr + rank).to(tl.pointer_type(tl.int64))  # (no kernel writes them): before the wait
-    pdl_sync(PDL)
-    count = tl.load(counter_ptr + row)               # after the wait: an earlier call may still have been running
-    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    res = x                                          # (a placeholder without a residual)
-    if HAS_RESIDUAL: res = tl.load(res_ptr + row * stride_res + cols, mask=mask, other=0.0)  # asked for now, used
-    block = max_rows.to(tl.int64) * max_hidden                                             # once the words are in
-    at = row.to(tl.int64) * max_hidden + cols
-    if not PUSHED:                                   # else the GEMV that computed x pushed it
-        _push_partials(x, at, mask, addresses_ptr, count, rank, block, 0, WORLD)
-    _sum_add_norm_row(x, res, w, mine, count, rank, at, mask, N, eps, block, out_ptr + row * N + cols,
-                      res_out_ptr + row * N + cols, counter_ptr + row, WORLD, HAS_RESIDUAL, PUSHED, MAX_SPINS)
+    tl.store(out_ptr + row * N + cols, _normed(xf, rstd, w, xr.dtype), mask=mask)
 
 def all_reduce_add_rms_norm(x: Tensor,                # [T, N]: this rank's partial sum, any float dtype
                             residual: Tensor | None,  # [T, N]; None: the sum (in x's dtype) is the new residual
@@ -437,12 +417,11 @@ def _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM: tl.constexpr, HAS_RES
     return x.to(tl.float32)
 
 @jit
-def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, normed_ptr, push_addresses_ptr,
-                 push_counter_ptr, finished_ptr, N, K, stride_wn, eps, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
-                 NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PUSH_WORLD: tl.constexpr, PUSH_RANK: tl.constexpr,
-                 PUSH_BLOCK: tl.constexpr, REDUCE: tl.constexpr, MAX_SPINS: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, BLOCK_X: tl.constexpr, PDL: tl.constexpr):
-    # The norm's operands (`res`, `nw`, `res_out`, `eps`): of the input with `NORM`, of the summed output with `REDUCE`
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, push_addresses_ptr, push_counter_ptr, N, K,
+                 stride_wn, eps, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr,
+                 HAS_RESIDUAL: tl.constexpr, PUSH_WORLD: tl.constexpr, PUSH_RANK: tl.constexpr,
+                 PUSH_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_X: tl.constexpr,
+                 PDL: tl.constexpr):
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     valid = n < N
     k = tl.arange(0, BLOCK_K)
@@ -469,34 +448,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, nw_ptr, res_out_ptr, nor
         tl.store(out_ptr + out, silu_mul_pairs(tl.reshape(y, [BLOCK_N // 2, 2])), mask=out < N // 2)
     else: tl.store(out_ptr + n, y, mask=valid)
     if PUSH_WORLD > 1:  # row-parallel partials (float32), pushed to the peers for the all-reduce + norm that follows
-        count = tl.load(push_counter_ptr)
-        _push_partials(y, n, valid, push_addresses_ptr, count, PUSH_RANK, PUSH_BLOCK, 1, PUSH_WORLD)
-        if REDUCE:  # that all-reduce + norm here: by the last program to finish, once it has every program's output
-            tl.debug_barrier()                       # this program's stores issued before it counts itself done
-            if tl.atomic_add(finished_ptr, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
-                tl.store(finished_ptr, 0)            # ready for the next reducing GEMV
-                mine = tl.load(push_addresses_ptr + PUSH_RANK).to(tl.pointer_type(tl.int64))
-                ss = 0.0                             # in BLOCK_X-wide chunks (a whole row would take ~250 registers a
-                for c0 in range(0, N, BLOCK_X):      # thread for every program): the sum, its residual, its squares
-                    cols = c0 + tl.arange(0, BLOCK_X)
-                    mask = cols < N
-                    part = tl.load(out_ptr + cols, mask=mask, other=0.0, cache_modifier=".cg")  # all programs' outputs
-                    total = _peer_sum(part, mine, count, PUSH_RANK, cols.to(tl.int64), mask, PUSH_BLOCK, 1, PUSH_WORLD,
-                                      MAX_SPINS)
-                    xr = total.to(res_out_ptr.dtype.element_ty)
-                    if HAS_RESIDUAL:
-                        xr = (xr.to(tl.float32) + tl.load(res_ptr + cols, mask=mask, other=0.0).to(tl.float32)).to(xr.dtype)
-                    tl.store(res_out_ptr + cols, xr, mask=mask)
-                    ss += tl.sum(xr.to(tl.float32) * xr.to(tl.float32), 0)
-                tl.store(push_counter_ptr, count + 1)
-                rstd = 1.0 / tl.sqrt(ss / N + eps)
-                tl.debug_barrier()                   # the row's stores issued before it is read back
-                for c0 in range(0, N, BLOCK_X):      # then the norm, from the stored sum
-                    cols = c0 + tl.arange(0, BLOCK_X)
-                    mask = cols < N
-                    xr = tl.load(res_out_ptr + cols, mask=mask, other=0.0, cache_modifier=".cg")
-                    nw = tl.load(nw_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-                    tl.store(normed_ptr + cols, _normed(xr.to(tl.float32), rstd, nw, xr.dtype), mask=mask)
+        _push_partials(y, n, valid, push_addresses_ptr, tl.load(push_counter_ptr), PUSH_RANK, PUSH_BLOCK, 1, PUSH_WORLD)
 
 @functools.cache
 def num_sms(device: torch.device) -> int:
@@ -510,45 +462,26 @@ def gemv(x: Tensor,                    # [..., K] holding one row
          act: str | None = None,       # "silu_and_mul": of the product (rows interleaved), [..., N / 2]
          norm: tuple[Tensor | None, Tensor, float] | None = None,  # (residual, norm weight, eps): of RMSNorm(x + residual)
          residual_out: Tensor | None = None,  # [K], with a residual: where `x + residual` is stored
-         push: PushBuffers | None = None,     # the peers' buffers: push the (float32) output to them as well
-         reduce: tuple[Tensor | None, Tensor, float, Tensor, Tensor] | None = None,  # with push: (residual, norm weight,
-         max_spins: int = 1 << 30) -> Tensor:  # eps, normed out, residual out) of the sum over ranks (see below)
+         push: PushBuffers | None = None) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the row RMS-normalized first."
     if act not in (None, "silu_and_mul"): raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
     assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, "one row of K, and [N, K] contiguous rows"
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs, out in the input's dtype"
-    assert not (norm and reduce), "a norm of the input or of the summed output, not both"
-    residual, norm_weight, eps = norm or (reduce[:3] if reduce else (None, None, 0.0))
-    normed_out, residual_out = reduce[3:] if reduce else (None, residual_out)
+    residual, norm_weight, eps = norm or (None, None, 0.0)
     assert residual is None or (residual.is_contiguous() and residual_out is not None), "a contiguous residual, and its out"
     assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), "float32 partials that fit"
-    assert not reduce or push, "the sum over ranks of pushed partials"
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # the kernel reads K values from its start
     out = torch.empty(*x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device)
     tiles = gemv_tiles(N, K, x.device)
     assert not norm or (prologue_norms_alike(K) and tiles["num_warps"] == 4), "the norm kernel's tile: 1 x K, 4 warps"
     _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
-        x1, weight, bias, out, residual, norm_weight, residual_out, normed_out, push and push.addresses,
-        push and push.counters, push and push.finished, N, K, weight.stride(0), eps, HAS_BIAS=bias is not None,
-        SILU_MUL=act is not None, NORM=norm is not None, HAS_RESIDUAL=residual is not None,
-        PUSH_WORLD=push.world if push else 1, PUSH_RANK=push.rank if push else 0,
-        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0, REDUCE=reduce is not None,
-        MAX_SPINS=max_spins if reduce else 0, BLOCK_X=next_pow2(K) if norm else min(1024, next_pow2(N)) if reduce else 1,
-        PDL=pdl(), launch_pdl=pdl(), **tiles)
+        x1, weight, bias, out, residual, norm_weight, residual_out, push and push.addresses, push and push.counters, N, K,
+        weight.stride(0), eps, HAS_BIAS=bias is not None, SILU_MUL=act is not None, NORM=norm is not None,
+        HAS_RESIDUAL=residual is not None, PUSH_WORLD=push.world if push else 1, PUSH_RANK=push.rank if push else 0,
+        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0, BLOCK_X=next_pow2(K) if norm else 1, PDL=pdl(),
+        launch_pdl=pdl(), **tiles)
     return out
-
-def gemv_all_reduce_add_rms_norm(x: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None,
-                                 norm_weight: Tensor, eps: float, bufs: PushBuffers,
-                                 max_spins: int = 1 << 30) -> tuple[Tensor, Tensor]:
-    """`all_reduce_add_rms_norm(gemv(x, weight, bias, float32, push=bufs), residual, norm_weight, eps, bufs,
-    pushed=True)` in one launch: the GEMV's last program to finish waits for the peers' words and sums."""
-    N = weight.shape[0]
-    dtype = torch.float32 if residual is None else residual.dtype  # (as the all-reduce of the float32 partials)
-    normed = torch.empty(1, N, dtype=torch.promote_types(dtype, norm_weight.dtype), device=x.device)
-    res_out = torch.empty(1, N, dtype=dtype, device=x.device)
-    gemv(x, weight, bias, torch.float32, push=bufs, reduce=(residual, norm_weight, eps, normed, res_out), max_spins=max_spins)
-    return normed, res_out
 
 @functools.cache
 def gemv_tiles(N: int, K: int, device: torch.device) -> dict:

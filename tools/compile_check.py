@@ -92,10 +92,7 @@ def calls():
                 out += [(f"gemv o pushing world={world} rank={rank}",
                          lambda b=bufs: tk.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32, push=b)),
                         (f"all_reduce_add_rms_norm pushed world={world} rank={rank}",
-                         lambda x=x, res=res, w=w, b=bufs: tk.all_reduce_add_rms_norm(x.float(), res, w, 1e-6, b, pushed=True)),
-                        (f"gemv o with the all-reduce + norm world={world} rank={rank}",
-                         lambda res=res, w=w, b=bufs: tk.gemv_all_reduce_add_rms_norm(r(1, 2048), r(4096, 2048), None, res,
-                                                                                      w, 1e-6, b))]
+                         lambda x=x, res=res, w=w, b=bufs: tk.all_reduce_add_rms_norm(x.float(), res, w, 1e-6, b, pushed=True))]
             out.append((f"all_reduce_add_rms_norm no residual (embedding) world={world} rank={rank} T={T}",
                         lambda x=x, w=w, b=bufs: tk.all_reduce_add_rms_norm(x, None, w, 1e-6, b)))
         out.append((f"rotary dim 64 (MLA) T={T}",  # DeepSeek: the rope part of q and the shared k_pe
