@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from .attention import AttentionMetadata, batch_bucket
 from .kernels import Rope
-from .triton_kernels import available, jit, tl, cdiv, next_pow2, num_sms, pdl, pdl_sync
+from .triton_kernels import available, jit, tl, cdiv, next_pow2, num_sms, pdl, pdl_sync, _inv_rms, _normed
 
 # %% auto #0
 __all__ = ['LOG2E', 'store_kv', 'paged_prefill', 'decode_splits', 'merge_counters', 'paged_decode', 'varlen_available',
@@ -194,9 +194,9 @@ def _normed_rotated(ptr, rows, mask, d, pair, cos, sin, w, w_pair, eps, HEAD_DIM
     xf = x.to(tl.float32)
     xp = tl.load(ptr + rows[:, None] + pair[None, :], mask=mask, other=0.0).to(tl.float32)
     if NORM:
-        rstd = (1.0 / tl.sqrt(tl.sum(xf * xf, 1) / HEAD_DIM + eps))[:, None]
-        xf = ((xf * rstd).to(x.dtype).to(tl.float32) * w[None, :]).to(x.dtype).to(tl.float32)
-        xp = ((xp * rstd).to(x.dtype).to(tl.float32) * w_pair[None, :]).to(x.dtype).to(tl.float32)
+        rstd = _inv_rms(xf, HEAD_DIM, eps)[:, None]
+        xf = _normed(xf, rstd, w[None, :], x.dtype).to(x.dtype).to(tl.float32)
+        xp = _normed(xp, rstd, w_pair[None, :], x.dtype).to(x.dtype).to(tl.float32)
     return (xf * cos[None, :] + xp * sin[None, :]).to(x.dtype)
 
 @jit

@@ -302,11 +302,11 @@ def _rotate_heads(ptr, w_ptr, t, stride_t, stride_h, n_heads, cos, sin, eps, HEA
         rstd = (1.0 / tl.sqrt(ss / HEAD_DIM + eps))[:, None]
         w1 = tl.load(w_ptr + first, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
         w2 = tl.load(w_ptr + second, mask=i < HALF, other=0.0).to(tl.float32)[None, :]
-        x1f = ((x1f * rstd).to(x1.dtype).to(tl.float32) * w1).to(x1.dtype).to(tl.float32)
-        x2f = ((x2f * rstd).to(x1.dtype).to(tl.float32) * w2).to(x1.dtype).to(tl.float32)
+        x1f = _normed(x1f, rstd, w1, x1.dtype).to(x1.dtype).to(tl.float32)
+        x2f = _normed(x2f, rstd, w2, x1.dtype).to(x1.dtype).to(tl.float32)
         if 2 * HALF < HEAD_DIM:
             wt = tl.load(w_ptr + j, mask=j < HEAD_DIM, other=0.0).to(tl.float32)[None, :]
-            tl.store(base + j[None, :], ((xt * rstd).to(x1.dtype).to(tl.float32) * wt).to(x1.dtype), mask=tail_mask)
+            tl.store(base + j[None, :], _normed(xt, rstd, wt, x1.dtype).to(x1.dtype), mask=tail_mask)
     tl.store(base + first[None, :], (x1f * cos - x2f * sin).to(x1.dtype), mask=mask)
     tl.store(base + second[None, :], (x2f * cos + x1f * sin).to(x1.dtype), mask=mask)
 
