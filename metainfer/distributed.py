@@ -44,7 +44,8 @@ class TorchDistCommunicator:
         if residual is None: return ops.rms_norm(x := self.all_reduce(x), weight, eps), x  # (embedding rows)
         return ops.add_rms_norm(self.all_reduce(x).to(residual.dtype), residual, weight, eps)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
+                       summed_next: bool = True) -> Tensor:
         "A row-parallel layer's product, this rank's partial sum (`all_reduce_add_rms_norm` sums it next)."
         return ops.linear(x, weight, bias, out_dtype=out_dtype)
 
@@ -88,9 +89,10 @@ class SymmMemCommunicator(TorchDistCommunicator):
             return super().all_reduce_add_rms_norm(x, residual, weight, eps)
         return self.fused(x, residual, weight, eps, self.push, pushed=x is pending)  # (counts every row it sums)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None) -> Tensor:
-        "With the Triton kernels, a GPU row's float32 partials `[1, N]` are also pushed to the peers by the GEMV."
-        if (self.push is None or self.pushed is not None or ops.backend != "triton" or x.dim() != 2
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
+                       summed_next: bool = True) -> Tensor:
+        "With the Triton kernels, a GPU row's float32 partials `[1, N]` the next all-reduce sums are also pushed by the GEMV."
+        if (not summed_next or self.push is None or self.pushed is not None or ops.backend != "triton" or x.dim() != 2
                 or (out_dtype or x.dtype) != torch.float32 or not self.one_gpu_row(x, weight)
                 or weight.shape[0] > self.push.max_hidden):  # (a push pending: the next all-reduce may not be of it)
             return super().partial_linear(x, weight, bias, out_dtype)
@@ -231,11 +233,12 @@ class ParallelInfo:
             return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
         return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        "A row-parallel product: this rank's partial sum, in `partial_dtype` (the communicator may push it to the peers)."
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None, summed_next: bool = True) -> Tensor:
+        """A row-parallel product: this rank's partial sum, in `partial_dtype`. `summed_next`: the next all-reduce sums it
+        as it is, so the communicator may push it to the peers as it is computed."""
         out_dtype = self.partial_dtype(x.dtype)
         if self.size == 1: return ops.linear(x, weight, bias, out_dtype=out_dtype)
-        return self.comm.partial_linear(x, weight, bias, out_dtype)
+        return self.comm.partial_linear(x, weight, bias, out_dtype, summed_next)
 
 # %% ../nbs/04_distributed.ipynb #c010
 _TP = ParallelInfo()

@@ -378,6 +378,13 @@ def stage_deepseek_tp2_latency():
     bench(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
 
 
+def stage_deepseek_tp2_latency_ab():
+    "Stage deepseek-tp2-latency's run (no profile) with each `older_packages()`, then the current one, in the same call."
+    for at in [*older_packages(), None]:
+        name = f"latency-dsv2lite-b1-tp2{f'-at-{at.name}' if at else '-ab'}"
+        bench(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name {name}", 150, at)
+
+
 def stage_deepseek_tp2():
     "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (`tp1_reference`), then B=1 speed."
     m, ref = checkpoint("DeepSeek-V2-Lite"), tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement)
