@@ -89,10 +89,11 @@ class VllmKernels:
         return triton_silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x)
 
     linear = staticmethod(linear_ref)  # cuBLAS, as vLLM's own linear layers use
+    norm_linear = staticmethod(norm_linear_ref)  # its add + norm, then cuBLAS
+
     def embedding(self, ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
         "Ours: vLLM's layers do this lookup in torch ops."
         return triton_embedding(ids, weight, start) if ids.is_cuda else embedding_ref(ids, weight, start)
-    norm_linear = staticmethod(norm_linear_ref)  # its add + norm, then cuBLAS
 
 # %% ../nbs/07b_external_kernels.ipynb #c010
 import contextlib, sys, types

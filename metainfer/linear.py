@@ -122,14 +122,14 @@ class RowParallelLinear(LinearBase):
     "`Y = X A` with `A`'s input features split across ranks; partial products are summed by all-reduce."
     def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo | None = None,
                  reduce_results: bool = True,  # False: return this rank's partial sum (the caller reduces)
-                 sums_next: bool = True):      # ...and the caller's next all-reduce sums it as it is (not a MoE's
+                 summed_next: bool = True):    # ...and the caller's next all-reduce sums it as it is (not a MoE's
         tp = tp or get_tp()                    # shared experts, added to the routed ones first): it may be pushed
         super().__init__(divide(in_features, tp.size), out_features, bias, 1, tp)
-        self.reduce_results, self.sums_next = reduce_results, sums_next
+        self.reduce_results, self.summed_next = reduce_results, summed_next
 
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
         # half precision under TP: the partial products in float32, so that each output is rounded once, after the
         # sum, as TP=1's single GEMM rounds it
-        if not self.reduce_results: return self.tp.partial_linear(x, self.weight, bias, self.sums_next)  # the caller sums it
+        if not self.reduce_results: return self.tp.partial_linear(x, self.weight, bias, self.summed_next)  # the caller sums it
         return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype))).to(x.dtype)

@@ -21,11 +21,11 @@ class DeepseekMLP(nn.Module):
     "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
     folds_norm = True  # its input goes to the gate-up projection only
 
-    def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True, sums_next: bool = True):
+    def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True, summed_next: bool = True):
         super().__init__()
         self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, interleave=True)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, reduce_results=reduce_results,
-                                           sums_next=sums_next)
+                                           summed_next=summed_next)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))
@@ -169,7 +169,7 @@ class DeepseekMoE(nn.Module):
                                 reduce_results=False)
         n_shared = h.get("n_shared_experts") or 0
         self.shared_experts = (DeepseekMLP(cfg.hidden_size, h["moe_intermediate_size"] * n_shared, reduce_results=False,
-                                           sums_next=False)  # added to the routed experts' sum first
+                                           summed_next=False)  # added to the routed experts' sum first
                                if n_shared else None)
 
     def forward(self, x: Tensor) -> Tensor:
