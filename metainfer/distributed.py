@@ -46,7 +46,7 @@ class TorchDistCommunicator:
 
     def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
                        summed_next: bool = True) -> Tensor:
-        "A row-parallel layer's product, this rank's partial sum (`all_reduce_add_rms_norm` sums it next)."
+        "A row-parallel layer's product, this rank's partial sum (for the caller to sum, with `all_reduce_add_rms_norm`)."
         return ops.linear(x, weight, bias, out_dtype=out_dtype)
 
 # %% ../nbs/04_distributed.ipynb #c006
@@ -125,6 +125,9 @@ def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: to
         normed, res = comm.all_reduce_add_rms_norm(x, res.to(dtype), torch.ones(64, device=device, dtype=dtype), 0.0)
         ones = torch.ones_like(normed, dtype=torch.float32)  # a constant row normalizes to 1 (up to rounding)
         ok &= torch.equal(res, torch.full_like(res, size * (size + 1) / 2 + 1)) and torch.allclose(normed.float(), ones, atol=1e-2)
+        x = torch.full((rows, 64), float(rank + 1), device=device, dtype=dtype)  # afresh: the unfused path sums in place
+        normed, total = comm.all_reduce_add_rms_norm(x, None, torch.ones(64, device=device, dtype=dtype), 0.0)  # no residual
+        ok &= torch.equal(total, torch.full_like(total, size * (size + 1) / 2)) and torch.allclose(normed.float(), ones, atol=1e-2)
     return bool(ok)
 
 # %% ../nbs/04_distributed.ipynb #c008

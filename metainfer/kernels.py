@@ -62,7 +62,7 @@ def embedding_ref(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
     "Rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start, start + rows)` (another rank's)."
     local = ids - start
     mine = (local >= 0) & (local < weight.shape[0])
-    return F.embedding(local.clamp(0, weight.shape[0] - 1), weight) * mine.unsqueeze(-1)
+    return torch.where(mine.unsqueeze(-1), F.embedding(local.clamp(0, weight.shape[0] - 1), weight), 0)
 
 # %% ../nbs/03_kernels.ipynb #0370ef1b
 def linear_ref(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,

@@ -158,3 +158,26 @@ def test_same_on_every_rank(values, expected):
     got = dict(out.get(timeout=120) for _ in procs)
     for p in procs: p.join(30)
     assert got == {r: expected for r in range(len(values))}
+
+
+def _check_all_reduce_rank(rank: int, port: int, out) -> None:
+    import torch, torch.distributed as dist
+    from metainfer.distributed import TorchDistCommunicator, check_all_reduce
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    out.put((rank, [check_all_reduce(TorchDistCommunicator(), rank, 2, torch.device("cpu"), dt)
+                    for dt in (torch.float32, torch.bfloat16)]))
+    dist.destroy_process_group()
+
+
+def test_start_up_check_passes_on_gloo():
+    """The communicator's start-up check (`check_all_reduce`: plain all-reduces, and the all-reduce + norm with and
+    without a residual) holds for the plain collectives, whose all-reduce sums in place: a check that reused a summed
+    input would send every GPU run to the NCCL fallback."""
+    from metainfer.distributed import free_port
+    ctx = mp.get_context("spawn")
+    out, port = ctx.Queue(), free_port()
+    procs = [ctx.Process(target=_check_all_reduce_rank, args=(r, port, out)) for r in range(2)]
+    for p in procs: p.start()
+    got = dict(out.get(timeout=120) for _ in procs)
+    for p in procs: p.join(30)
+    assert got == {0: [True, True], 1: [True, True]}

@@ -4,7 +4,8 @@ Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py
 Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
 deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
-agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, step-chain-tp2, latency-ab, throughput-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
+agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, step-chain-tp2, latency-ab, throughput-ab, eager-ab,
+tp2-latency-ab, deepseek-tp2-latency-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
 (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
