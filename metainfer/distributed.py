@@ -276,11 +276,11 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
     "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built, gives wrong sums, or can't meet."
     # PyTorch numbers a process's symmetric-memory rendezvous per process, not per group (pytorch#196082): after an
     # earlier TP engine in this process, rank 0 would wait on other store keys than its fresh workers, forever
+    import logging
+    log = logging.getLogger("metainfer")
     if not same_on_every_rank(_rendezvous_count, device):
-        if rank == 0:
-            import logging
-            logging.getLogger("metainfer").warning("symmetric memory was set up earlier in this process: this engine's "
-                                                   "all-reduces go through NCCL (a second rendezvous would hang)")
+        if rank == 0: log.warning("symmetric memory was set up earlier in this process: this engine's all-reduces go "
+                                  "through NCCL (a second rendezvous would hang)")
         return None
     try: comm, ok = SymmMemCommunicator(None, device, (dtype, torch.float32)), None
     except Exception: comm, ok = None, False
@@ -289,6 +289,9 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
         except Exception: ok = False
     agree = torch.tensor([int(ok)], device=device)
     dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+    if not int(agree) and rank == 0:  # (slower, not wrong: say so, so that a benchmark does not hide it)
+        log.warning("the symmetric-memory all-reduce could not be set up or failed its self-check: all-reduces go "
+                    "through NCCL")
     return comm if int(agree) else None
 
 def destroy_tensor_parallel(timeout_s: float = 60) -> None:
