@@ -20,6 +20,11 @@ __all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'same_on_every_rank',
 # %% ../nbs/04_distributed.ipynb #c004
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
 
+def _add_rms_norm_of_sum(total: Tensor, residual: Tensor | None, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    "`add_rms_norm(total → residual's dtype, residual)`; without a residual (embedding rows) `(rms_norm(total), total)`."
+    if residual is None: return ops.rms_norm(total, weight, eps), total
+    return ops.add_rms_norm(total.to(residual.dtype), residual, weight, eps)
+
 class TorchDistCommunicator:
     "Collectives over a `torch.distributed` process group (gloo on CPU, NCCL on GPU)."
     def __init__(self, group=None): self.group = group
@@ -41,8 +46,7 @@ class TorchDistCommunicator:
     def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
                                 eps: float) -> tuple[Tensor, Tensor]:
         "`add_rms_norm` of the ranks' summed partials `x` (rounded to `residual`'s dtype) and `residual`."
-        if residual is None: return ops.rms_norm(x := self.all_reduce(x), weight, eps), x  # (embedding rows)
-        return ops.add_rms_norm(self.all_reduce(x).to(residual.dtype), residual, weight, eps)
+        return _add_rms_norm_of_sum(self.all_reduce(x), residual, weight, eps)
 
     def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
                        summed_next: bool = True) -> Tensor:
@@ -231,9 +235,7 @@ class ParallelInfo:
                                 eps: float) -> tuple[Tensor, Tensor]:
         """`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed.
         `residual=None`: `(rms_norm(Σ_ranks x), Σ_ranks x)` (the vocabulary-parallel embedding's rows)."""
-        if self.size == 1:
-            if residual is None: return ops.rms_norm(x, weight, eps), x
-            return ops.add_rms_norm(x.to(residual.dtype), residual, weight, eps)
+        if self.size == 1: return _add_rms_norm_of_sum(x, residual, weight, eps)
         return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
 
     def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None, summed_next: bool = True) -> Tensor:
