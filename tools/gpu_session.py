@@ -236,11 +236,15 @@ def stage_tp2_latency():
     bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
 
 
+def bench_ab(args: str, name: str, timeout: float) -> None:
+    "`metainfer bench ARGS` with each `older_packages()` (`--name NAME-at-REV`), then the current one (`NAME-ab`)."
+    for at in [*older_packages(), None]:
+        bench(f"{args} --name {name}-{f'at-{at.name}' if at else 'ab'}", timeout, at)
+
+
 def stage_tp2_latency_ab():
     "Stage tp2-latency's run (no profiles) with each `older_packages()`, then the current one, in the same call."
-    for at in [*older_packages(), None]:
-        name = f"latency-qwen3-8b-b1-tp2{f'-at-{at.name}' if at else '-ab'}"
-        bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name {name}", 150, at)
+    bench_ab(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1", "latency-qwen3-8b-b1-tp2", 150)
 
 
 def stage_tp4():
@@ -381,9 +385,7 @@ def stage_deepseek_tp2_latency():
 
 def stage_deepseek_tp2_latency_ab():
     "Stage deepseek-tp2-latency's run (no profile) with each `older_packages()`, then the current one, in the same call."
-    for at in [*older_packages(), None]:
-        name = f"latency-dsv2lite-b1-tp2{f'-at-{at.name}' if at else '-ab'}"
-        bench(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name {name}", 150, at)
+    bench_ab(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128", "latency-dsv2lite-b1-tp2", 150)
 
 
 def stage_deepseek_tp2():
