@@ -383,8 +383,8 @@ def _embedding_kernel(ids_ptr, w_ptr, out_ptr, start, rows, D, stride_w, BLOCK: 
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     pdl_sync(PDL)
     local = tl.load(ids_ptr + t).to(tl.int64) - start
-    mine = (local >= 0) & (local < rows)
-    x = tl.load(w_ptr + tl.where(mine, local, 0) * stride_w + cols, mask=(cols < D) & mine, other=0.0)
+    mine = (local >= 0) & (local < rows)  # (other ranks' ids read no columns: the scalar picks the mask's width)
+    x = tl.load(w_ptr + tl.where(mine, local, 0) * stride_w + cols, mask=cols < tl.where(mine, D, 0), other=0.0)
     tl.store(out_ptr + t * D + cols, x, mask=cols < D)
 
 def embedding(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
