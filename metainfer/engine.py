@@ -19,10 +19,17 @@ from .scheduler import Scheduler, ScheduledBatch
 from .runner import ModelRunner, LaunchedStep
 
 # %% auto #0
-__all__ = ['CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'Request', 'LLMEngine', 'add_request', 'abort_request',
-           'has_unfinished_requests', 'step', 'LLM']
+__all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'Request', 'LLMEngine', 'add_request',
+           'abort_request', 'has_unfinished_requests', 'step', 'LLM']
 
 # %% ../nbs/14_engine.ipynb #c004
+@dataclass
+class Logprob:
+    "A token's log-probability at one position, its rank there (1: the likeliest) and its text (vLLM's fields)."
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
 @dataclass
 class CompletionOutput:
     "The completion of one request so far (vLLM's fields)."
@@ -31,6 +38,8 @@ class CompletionOutput:
     token_ids: list[int]
     finish_reason: str | None = None   # "stop" | "length" | "abort"
     stop_reason: str | int | None = None
+    logprobs: list[dict[int, Logprob]] | None = None  # asked for: per new token, it and the likeliest tokens
+    cumulative_logprob: float | None = None           # asked for: the sum of the new tokens' logprobs
 
 @dataclass
 class RequestOutput:
@@ -66,6 +75,8 @@ class Request:
     detok: IncrementalDetokenizer | None
     stream: bool = True             # text after every step; otherwise only at the end (unless stop strings need it)
     stop_reason: str | None = None
+    logprobs: list[dict[int, Logprob]] | None = None  # one dict per new token, if the request asks for logprobs
+    cumulative_logprob: float = 0.0
 
     @property
     def reports(self) -> bool:
@@ -154,7 +165,8 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
                          f"which must leave room for at least one new token")
     seq = Sequence(ids, params, self.config.block_size)
     detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
-    self.requests[request_id] = self._by_seq[seq.seq_id] = Request(request_id, text, seq, detok, stream)
+    self.requests[request_id] = self._by_seq[seq.seq_id] = Request(request_id, text, seq, detok, stream,
+                                                                   logprobs=None if params.logprobs is None else [])
     self.scheduler.add(seq)
 
 def abort_request(self: LLMEngine, request_id: str) -> None:
@@ -203,13 +215,27 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     now = time.perf_counter()
     self.stats["prefill_s" if launched.batch.is_prefill else "decode_s"] += now - max(launched.started, self._last_read)
     self._last_read = now
+    took = [not s.is_finished for s in launched.batch.seqs] if launched.logprob_rows else []  # (an ended one drops it)
     kept = self.scheduler.postprocess(launched.batch, token_ids)
     if not launched.batch.is_prefill: self.stats["decode_tokens"] += kept
+    for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
+        if took[row] and (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:
+            self._add_logprobs(r, token_ids[row], lp, rank, top_lp, top_ids)
     reqs = [r for s in launched.batch.seqs if (r := self._by_seq.get(s.seq_id)) is not None]  # not aborted or done
     outputs = [self._output(r) for r in reqs if r.reports]
     for o in outputs:
         if o.finished: del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
     return outputs
+
+def _add_logprobs(self: LLMEngine, req: Request, token_id: int, logprob: float, rank: int, top_lp: list[float],
+                  top_ids: list[int]) -> None:
+    "Record a new token's logprob and the request's `logprobs` likeliest tokens (the step found the most any row asked)."
+    text = (lambda t: self.tokenizer.decode([t])) if self.tokenizer is not None else (lambda t: None)
+    entry = {token_id: Logprob(logprob, rank, text(token_id))}
+    k = req.seq.params.logprobs
+    for i, (t, v) in enumerate(zip(top_ids[:k], top_lp[:k])): entry.setdefault(t, Logprob(v, i + 1, text(t)))
+    req.logprobs.append(entry)
+    req.cumulative_logprob += logprob
 
 def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
     "After an error: abort the requests of steps not read back, un-caching blocks whose KV may be missing."
@@ -244,10 +270,13 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
             req.stop_reason = hit[1]
             if not seq.is_finished: self.scheduler.finish(seq, "stop")
             seq.finish_reason = "stop"  # also when the length limit came in the same step
-    out = CompletionOutput(0, text, seq.completion_token_ids, seq.finish_reason, req.stop_reason)
+    asked = req.logprobs is not None
+    out = CompletionOutput(0, text, seq.completion_token_ids, seq.finish_reason, req.stop_reason,
+                           list(req.logprobs) if asked else None, req.cumulative_logprob if asked else None)
     return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished)
 
 LLMEngine.step, LLMEngine._launch, LLMEngine._read_back, LLMEngine._drop = step, _launch, _read_back, _drop
+LLMEngine._add_logprobs = _add_logprobs
 LLMEngine._naming_dead_workers, LLMEngine._output = _naming_dead_workers, _output
 
 # %% ../nbs/14_engine.ipynb #c015

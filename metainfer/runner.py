@@ -14,7 +14,8 @@ from .config import EngineConfig, ModelConfig
 from .distributed import ParallelInfo, get_tp
 from .attention import KVPool, AttentionMetadata, make_metadata, to_device, BATCH_BUCKETS, batch_bucket
 from .loader import load_weights
-from .sampler import sample
+from .sampler import sample, token_logprobs
+from .sequence import SamplingParams
 from .scheduler import ScheduledBatch
 
 log = logging.getLogger("metainfer")
@@ -28,7 +29,7 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
 __all__ = ['log', 'MODEL_CLASSES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_class', 'resolve_device', 'resolve_dtype',
            'default_dtype', 'select_kernels', 'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill',
            'prepare_decode', 'sampling_tensors', 'last_step_ids', 'fill_pending', 'execute', 'logits', 'LaunchedStep',
-           'launch', 'run', 'DecodeGraphs']
+           'launch', 'step_logprobs', 'run', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -249,19 +250,26 @@ def logits(self: ModelRunner, step: StepInput) -> Tensor:
     return self.execute(step)
 
 class LaunchedStep:
-    "A step queued on the GPU: its batch, and its sampled ids on their way to (pinned) host memory."
-    def __init__(self, batch: ScheduledBatch, token_ids: Tensor, started: float):
+    "A step queued on the GPU: its batch, and its sampled ids (and asked-for logprobs) on their way to host memory."
+    def __init__(self, batch: ScheduledBatch, token_ids: Tensor, started: float,
+                 logprobs: tuple[list[int], tuple[Tensor, ...]] | None = None):  # (rows, `token_logprobs` of them)
         self.batch, self.started, self.ready = batch, started, None
-        if token_ids.is_cuda:
-            self.host = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
-            self.host.copy_(token_ids, non_blocking=True)
+        self.logprob_rows, tensors = logprobs[0] if logprobs else [], [token_ids, *(logprobs[1] if logprobs else ())]
+        if token_ids.is_cuda:  # pinned host memory, copied without waiting
+            self.host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in tensors]
             self.ready = torch.cuda.Event(); self.ready.record()
-        else: self.host = token_ids
+        else: self.host = tensors
 
     def token_ids(self) -> list[int]:
         "Each sequence's new token id (waits for the step to finish)."
         if self.ready is not None: self.ready.synchronize()
-        return self.host.tolist()
+        return self.host[0].tolist()
+
+    def logprobs(self) -> dict[int, tuple[float, int, list[float], list[int]]]:
+        "Row -> (its token's logprob, rank, the likeliest tokens' logprobs, ids) for the rows that asked (after `token_ids`)."
+        if not self.logprob_rows: return {}
+        lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[1:])
+        return {r: (lp[i], rank[i], top_lp[i], top_ids[i]) for i, r in enumerate(self.logprob_rows)}
 
 @torch.inference_mode()
 def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
@@ -272,14 +280,22 @@ def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
     if all(p.greedy for p in params): ids = logits.argmax(-1)
     else: ids = sample(logits, *self.sampling_tensors(batch), filtered=any(p.top_k > 0 or p.top_p < 1 for p in params))
     self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(batch.seqs)}
-    return LaunchedStep(batch, ids, started)
+    return LaunchedStep(batch, ids, started, self.step_logprobs(logits, ids, params))
+
+def step_logprobs(self: ModelRunner, logits: Tensor, ids: Tensor,
+                  params: list[SamplingParams]) -> tuple[list[int], tuple[Tensor, ...]] | None:
+    "The rows whose requests ask for logprobs, and `token_logprobs` of those rows (on the device); `None` if none ask."
+    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
+    if not rows: return None
+    at = to_device(torch.tensor(rows), logits.device)
+    return rows, token_logprobs(logits[at], ids[at], max(params[i].logprobs for i in rows))
 
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     "Rank 0: run one step on every rank and return each sequence's new token id."
     return self.launch(batch).token_ids()
 
 ModelRunner.sampling_tensors, ModelRunner.last_step_ids, ModelRunner.execute = sampling_tensors, last_step_ids, execute
-ModelRunner.logits, ModelRunner.launch, ModelRunner.run = logits, launch, run
+ModelRunner.logits, ModelRunner.launch, ModelRunner.step_logprobs, ModelRunner.run = logits, launch, step_logprobs, run
 
 # %% ../nbs/13_runner.ipynb #c021
 class DecodeGraphs:

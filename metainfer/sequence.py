@@ -12,10 +12,12 @@ from enum import Enum, auto
 from itertools import count
 
 # %% auto #0
-__all__ = ['PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence', 'Block', 'block_hash', 'BlockManager', 'can_allocate',
-           'allocate', 'deallocate', 'forget_from', 'can_append', 'may_append', 'register_block']
+__all__ = ['MAX_LOGPROBS', 'PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence', 'Block', 'block_hash', 'BlockManager',
+           'can_allocate', 'allocate', 'deallocate', 'forget_from', 'can_append', 'may_append', 'register_block']
 
 # %% ../nbs/10_sequence.ipynb #c004
+MAX_LOGPROBS = 20  # alternatives a request may ask for at each position (vLLM's default limit)
+
 @dataclass
 class SamplingParams:
     "How to pick tokens and when to stop (vLLM's names and defaults)."
@@ -27,6 +29,7 @@ class SamplingParams:
     stop: str | list[str] | None = None # stop strings (not included in the output text)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False            # keep going past the end-of-sequence token
+    logprobs: int | None = None         # the log-probability of each new token and of the k likeliest at its place
 
     def __post_init__(self):
         if isinstance(self.stop, str): self.stop = [self.stop]
@@ -36,6 +39,8 @@ class SamplingParams:
         if self.top_k < -1: raise ValueError(f"top_k must be -1 (all) or a positive count, got {self.top_k}")
         if self.max_tokens < 1: raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if any(not s for s in self.stop): raise ValueError("stop strings must be non-empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
 
     @property
     def greedy(self) -> bool: return self.temperature == 0

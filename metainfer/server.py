@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio, json, logging, os, queue, secrets, socket, threading, time, uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, AsyncIterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -16,7 +17,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from .engine import LLMEngine, RequestOutput
+from .engine import LLMEngine, RequestOutput, CompletionOutput, Logprob
 from .sequence import SamplingParams
 
 # %% auto #0
@@ -24,10 +25,11 @@ __all__ = ['INT64', 'ACCEPTED', 'OpenAIError', 'OpenAIModel', 'StreamOptions', '
            'ContentPart', 'ChatMessage', 'ChatCompletionRequest', 'parse_request', 'unsupported', 'sampling_params',
            'completion_prompt', 'message_text', 'chat_prompt', 'EngineStats', 'Add', 'Abort', 'EngineError',
            'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage', 'response_head',
-           'completion_choice', 'chat_choice', 'sse', 'stream_events', 'wait_disconnect', 'final_output', 'ServerState',
-           'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'completions',
-           'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'http_error',
-           'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+           'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs', 'choice_logprobs',
+           'stream_events', 'wait_disconnect', 'final_output', 'ServerState', 'server_state', 'check_api_key',
+           'read_body', 'check_model', 'submit', 'event_stream', 'completions', 'chat_completions', 'prometheus_text',
+           'parse_metrics', 'health', 'models', 'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket',
+           'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -115,12 +117,11 @@ def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
 def unsupported(req: SamplingRequest) -> str | None:
     "The first field asking for a feature this server doesn't implement, if any."
     checks = {"n": req.n not in (None, 1), "presence_penalty": bool(req.presence_penalty),
-              "frequency_penalty": bool(req.frequency_penalty), "logit_bias": bool(req.logit_bias),
-              "logprobs": req.logprobs is not None and req.logprobs is not False}
-    if isinstance(req, CompletionRequest):
+              "frequency_penalty": bool(req.frequency_penalty), "logit_bias": bool(req.logit_bias)}
+    if isinstance(req, CompletionRequest):  # (`echo` would need the prompt's logprobs)
         checks |= {"echo": bool(req.echo), "suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
     if isinstance(req, ChatCompletionRequest):
-        checks |= {"top_logprobs": bool(req.top_logprobs), "tools": bool(req.tools),
+        checks |= {"tools": bool(req.tools),
                    "tool_choice": req.tool_choice not in (None, "none", "auto"),
                    "response_format": (req.response_format or {}).get("type", "text") != "text"}
     return next((k for k, bad in checks.items() if bad), None)
@@ -139,8 +140,12 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
         raise OpenAIError(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
                           f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion)",
                           code="context_length_exceeded", param="max_tokens")
+    if chat and req.top_logprobs and not req.logprobs:
+        raise OpenAIError("top_logprobs needs logprobs: true", param="top_logprobs")
+    logprobs = ((req.top_logprobs or 0) if req.logprobs else None) if chat else req.logprobs
     given = {k: v for k, v in dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
-                                   stop=req.stop, stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos).items() if v is not None}
+                                   stop=req.stop, stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos,
+                                   logprobs=logprobs).items() if v is not None}
     try: return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
     except ValueError as e: raise OpenAIError(str(e)) from None
 
@@ -357,14 +362,15 @@ def _put_all(batch):
 AsyncLLMEngine._publish = _publish
 
 # %% ../nbs/17_server.ipynb #c034
-async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIterator[tuple[str, list[int], RequestOutput]]:
-    "Each step's new text and token ids, never emitting text that a stop string could still remove."
+async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIterator[tuple[str, int, RequestOutput]]:
+    """Each step's new text, never text that a stop string could still remove; the index of its first new token (the
+    new token ids and logprobs are the output's from there on); and the output."""
     hold = max(map(len, params.stop), default=1) - 1
     sent_text = sent_ids = 0
     async for out in stream:
         c = out.outputs[0]
         end = len(c.text) if out.finished else max(sent_text, len(c.text) - hold)
-        yield c.text[sent_text:end], c.token_ids[sent_ids:], out
+        yield c.text[sent_text:end], sent_ids, out
         sent_text, sent_ids = end, len(c.token_ids)
 
 # %% ../nbs/17_server.ipynb #c037
@@ -375,28 +381,59 @@ def usage(out: RequestOutput) -> dict:
 def response_head(rid: str, model: str, obj: str) -> dict:
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model}
 
-def completion_choice(text: str, finish_reason: str | None, token_ids: list[int] | None) -> dict:
-    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
+def completion_choice(text: str, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None) -> dict:
+    return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
 
-def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: list[int] | None) -> dict:
-    return {"index": 0, key: message, "logprobs": None, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
+def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None) -> dict:
+    return {"index": 0, key: message, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
 
 def sse(obj: dict | str) -> str: return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+# %% ../nbs/17_server.ipynb #7313a3d3
+def _token_text(token_id: int, lp: Logprob) -> str:
+    return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
+
+def _finite(x: float) -> float: return max(x, -9999.0)
+
+def completion_logprobs(ids: list[int], entries: list[dict[int, Logprob]], offset: int = 0) -> dict:
+    "The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first."
+    tokens = [_token_text(t, e[t]) for t, e in zip(ids, entries)]
+    return {"tokens": tokens, "token_logprobs": [_finite(e[t].logprob) for t, e in zip(ids, entries)],
+            "top_logprobs": [{_token_text(t, lp): _finite(lp.logprob) for t, lp in e.items()} for e in entries],
+            "text_offset": list(accumulate(map(len, tokens[:-1]), initial=offset)) if tokens else []}
+
+def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -> dict:
+    "The chat `logprobs` of tokens `ids`, with the `top` likeliest tokens at each."
+    def item(t: int, lp: Logprob) -> dict:
+        text = _token_text(t, lp)
+        return {"token": text, "logprob": _finite(lp.logprob), "bytes": list(text.encode())}
+    likeliest = lambda e: sorted(e.items(), key=lambda kv: -kv[1].logprob)[:top]
+    return {"content": [item(t, e[t]) | {"top_logprobs": [item(*kv) for kv in likeliest(e)]} for t, e in zip(ids, entries)]}
+
+def choice_logprobs(req: SamplingRequest, c: CompletionOutput, start: int = 0, offset: int = 0) -> dict | None:
+    "A choice's `logprobs` for the tokens of `c` from `start` on (`offset`: their text offset); `None` unless asked for."
+    if c.logprobs is None: return None
+    ids, entries = c.token_ids[start:], c.logprobs[start:]
+    if isinstance(req, ChatCompletionRequest): return chat_logprobs(ids, entries, req.top_logprobs or 0)
+    return completion_logprobs(ids, entries, offset)
 
 # %% ../nbs/17_server.ipynb #c040
 async def stream_events(stream: RequestStream, params: SamplingParams, req: SamplingRequest, head: dict) -> AsyncIterator[str]:
     "The SSE events of a streaming response, ending with `data: [DONE]`."
     chat, ids = head["object"] == "chat.completion.chunk", bool(req.return_token_ids)
-    out, first = None, True
+    out, first, offset = None, True, 0
     try:
         if chat: yield sse(head | {"choices": [chat_choice("delta", {"role": "assistant", "content": ""}, None, [] if ids else None)]})
-        async for text, new_ids, out in text_deltas(stream, params):
-            reason = out.outputs[0].finish_reason if out.finished else None
-            if not (text or reason or ids): continue
-            tids = new_ids if ids else None
-            choice = chat_choice("delta", {"content": text} if text else {}, reason, tids) if chat else completion_choice(text, reason, tids)
+        async for text, start, out in text_deltas(stream, params):
+            c = out.outputs[0]
+            reason = c.finish_reason if out.finished else None
+            lps = choice_logprobs(req, c, start, offset)
+            if not (text or reason or ids or (lps and len(c.token_ids) > start)): continue
+            tids = c.token_ids[start:] if ids else None
+            choice = chat_choice("delta", {"content": text} if text else {}, reason, tids, lps) if chat else completion_choice(text, reason, tids, lps)
             yield sse(head | {"choices": [choice]} | ({"prompt_token_ids": out.prompt_token_ids} if ids and first else {}))
             first = False
+            if lps and not chat: offset += sum(map(len, lps["tokens"]))
         if req.stream_options and req.stream_options.include_usage and out is not None:
             yield sse(head | {"choices": [], "usage": usage(out)})
     except EngineError as e:
@@ -488,7 +525,8 @@ async def completions(request: Request):
     out = await final_output(stream, request)
     c, ids = out.outputs[0], req.return_token_ids
     return JSONResponse(response_head(rid, model, "text_completion") | {
-        "choices": [completion_choice(c.text, c.finish_reason, c.token_ids if ids else None)], "usage": usage(out)}
+        "choices": [completion_choice(c.text, c.finish_reason, c.token_ids if ids else None, choice_logprobs(req, c))],
+        "usage": usage(out)}
         | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
 
 async def chat_completions(request: Request):
@@ -498,7 +536,8 @@ async def chat_completions(request: Request):
     c, ids = out.outputs[0], req.return_token_ids
     message = {"role": "assistant", "content": c.text}
     return JSONResponse(response_head(rid, model, "chat.completion") | {
-        "choices": [chat_choice("message", message, c.finish_reason, c.token_ids if ids else None)], "usage": usage(out)}
+        "choices": [chat_choice("message", message, c.finish_reason, c.token_ids if ids else None, choice_logprobs(req, c))],
+        "usage": usage(out)}
         | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
 
 # %% ../nbs/17_server.ipynb #c049

@@ -1,6 +1,6 @@
 """Acceptance (issue 2): greedy output of tiny Qwen3/Qwen2 equals HF transformers token for token (fp32, CPU)."""
 import random
-import pytest
+import pytest, torch
 from metainfer import LLM, SamplingParams
 from metainfer.testing import hf_greedy
 
@@ -51,3 +51,32 @@ def test_text_prompts_and_tokenizer(checkpoints, hf_models):
     assert [o.outputs[0].token_ids for o in outs] == ref
     assert [o.outputs[0].text for o in outs] == [tok.decode(r, skip_special_tokens=True) for r in ref]
     assert [o.prompt for o in outs] == prompts
+
+
+def test_logprobs_equal_hf(checkpoints, hf_models):
+    """Asked-for logprobs are HF's log-softmax at each new token's place (teacher-forced on the same tokens): the
+    chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded sampled requests alike."""
+    ckpt = checkpoints("qwen3-tiny")
+    prompts = random_prompts(6, seed=5)
+    params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3),
+              SamplingParams(temperature=1.0, top_k=40, seed=9, max_tokens=12, ignore_eos=True, logprobs=0),
+              SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)] * 2
+    llm = LLM(ckpt, dtype="float32", device="cpu")
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    hf = hf_models(ckpt)
+    for prompt, p, out in zip(prompts, params, outs):
+        c = out.outputs[0]
+        if p.logprobs is None:
+            assert c.logprobs is None and c.cumulative_logprob is None
+            continue
+        with torch.no_grad(): ref = hf(torch.tensor([prompt + c.token_ids])).logits[0, len(prompt) - 1:-1].log_softmax(-1)
+        assert len(c.logprobs) == len(c.token_ids) == 12
+        for t, e, r in zip(c.token_ids, c.logprobs, ref):
+            assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and e[t].rank == int((r >= r[t]).sum())
+            top = r.topk(p.logprobs)
+            assert set(e) == {t, *top.indices.tolist()}
+            for rank, (i, v) in enumerate(zip(top.indices.tolist(), top.values.tolist()), 1):
+                assert e[i].logprob == pytest.approx(v, abs=1e-5) and e[i].rank == (e[t].rank if i == t else rank)
+        assert p.temperature > 0 or all(e[t].rank == 1 for t, e in zip(c.token_ids, c.logprobs))
+        assert c.cumulative_logprob == pytest.approx(sum(e[t].logprob for t, e in zip(c.token_ids, c.logprobs)))
+        assert c.logprobs[0][c.token_ids[0]].decoded_token == llm.get_tokenizer().decode([c.token_ids[0]])

@@ -105,6 +105,45 @@ def test_chat_stream_equal_llm_generate(llm, client):
         assert body[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 10
 
 
+def test_completions_logprobs_equal_llm_generate(llm, client):
+    "Each token's logprob and the likeliest alternatives, streamed and not, equal `LLM.generate(logprobs=3)`'s."
+    tok = llm.get_tokenizer()
+    for prompt in PROMPTS[:2]:
+        ref = llm.generate(prompt, greedy(8, ignore_eos=True, logprobs=3), use_tqdm=False)[0].outputs[0]
+        kw = dict(model="tiny", prompt=prompt, max_tokens=8, temperature=0, logprobs=3, extra_body={"ignore_eos": True})
+        lp = client.completions.create(**kw).choices[0].logprobs
+        assert lp.tokens == [tok.decode([t]) for t in ref.token_ids]
+        assert lp.token_logprobs == pytest.approx([e[t].logprob for t, e in zip(ref.token_ids, ref.logprobs)], abs=1e-5)
+        assert [len(top) for top in lp.top_logprobs] == [len({tok.decode([i]) for i in e}) for e in ref.logprobs]
+        for top, e in zip(lp.top_logprobs, ref.logprobs):
+            assert top == pytest.approx({tok.decode([i]): v.logprob for i, v in e.items()}, abs=1e-5)
+        assert lp.text_offset == [sum(map(len, lp.tokens[:i])) for i in range(8)]
+        chunks = [c.choices[0].logprobs for c in client.completions.create(**kw, stream=True) if c.choices[0].logprobs]
+        assert [t for c in chunks for t in c.tokens] == lp.tokens
+        assert [x for c in chunks for x in c.token_logprobs] == lp.token_logprobs
+        assert [x for c in chunks for x in c.text_offset] == lp.text_offset
+
+
+def test_chat_logprobs(llm, client):
+    "Chat logprobs: each token's text, logprob and bytes, and its `top_logprobs` likeliest tokens, streamed and not."
+    ref = llm.generate(chat_text(llm, CHAT[0]), greedy(6, ignore_eos=True, logprobs=2), use_tqdm=False)[0].outputs[0]
+    kw = dict(model="tiny", messages=CHAT[0], max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
+              extra_body={"ignore_eos": True, "chat_template_kwargs": NO_THINKING})
+    content = client.chat.completions.create(**kw).choices[0].logprobs.content
+    tok = llm.get_tokenizer()
+    assert [c.token for c in content] == [tok.decode([t]) for t in ref.token_ids]
+    assert [c.bytes for c in content] == [list(c.token.encode()) for c in content]
+    assert [c.logprob for c in content] == pytest.approx([e[t].logprob for t, e in zip(ref.token_ids, ref.logprobs)], abs=1e-5)
+    for c, e in zip(content, ref.logprobs):    # greedy: the chosen token is the likeliest
+        assert [x.token for x in c.top_logprobs] == [tok.decode([i]) for i, v in sorted(e.items(), key=lambda kv: -kv[1].logprob)[:2]]
+        assert c.top_logprobs[0].logprob == c.logprob and c.top_logprobs[1].logprob < c.logprob
+    streamed = [x for ch in client.chat.completions.create(**kw, stream=True) if ch.choices and ch.choices[0].logprobs
+                for x in ch.choices[0].logprobs.content]
+    assert [(x.token, x.logprob) for x in streamed] == [(x.token, x.logprob) for x in content]
+    plain = client.chat.completions.create(**(kw | {"logprobs": None, "top_logprobs": None}))
+    assert plain.choices[0].logprobs is None
+
+
 def test_thinking_toggle_reaches_the_template(llm, client):
     "Qwen3's `enable_thinking` changes the prompt: the prompt token counts differ by the empty think block."
     kw = dict(model="tiny", messages=CHAT[0], max_tokens=1, temperature=0)

@@ -34,15 +34,15 @@ def test_tp2_bf16_rounds_like_tp1(checkpoints):
 
 def test_tp2_async_scheduling_with_sampling(checkpoints):
     """Under TP, a step that starts before the last one is read back gets that step's sampled ids by broadcast from
-    rank 0: seeded sampling gives the same tokens with async scheduling as without."""
+    rank 0: seeded sampling gives the same tokens (and logprobs) with async scheduling as without."""
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(4, seed=15)
-    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=24, seed=7, ignore_eos=True)
+    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=24, seed=7, ignore_eos=True, logprobs=2)
     outs = []
     for async_scheduling in (False, True):
         with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2, async_scheduling=async_scheduling) as llm:
-            outs.append([o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)])
-    assert outs[0] == outs[1] and len(outs[0][0]) == 24
+            outs.append([(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in llm.generate(prompts, params, use_tqdm=False)])
+    assert outs[0] == outs[1] and len(outs[0][0][0]) == len(outs[0][0][1]) == 24   # logprobs too: rank 0 samples
 
 
 def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
