@@ -106,6 +106,7 @@ class LLMEngine:
                                    max(config.max_num_batched_tokens, self.max_model_len), self.max_model_len,
                                    self._eos_ids())
         self.requests: dict[str, Request] = {}
+        self._token_texts: dict[int, str] = {}       # token id -> its text, for logprobs
         self._by_seq: dict[int, Request] = {}
         self.in_flight: LaunchedStep | None = None   # async scheduling: the launched step not read back yet
         self._last_read = 0.0
@@ -215,11 +216,10 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     now = time.perf_counter()
     self.stats["prefill_s" if launched.batch.is_prefill else "decode_s"] += now - max(launched.started, self._last_read)
     self._last_read = now
-    took = [not s.is_finished for s in launched.batch.seqs] if launched.logprob_rows else []  # (an ended one drops it)
     kept = self.scheduler.postprocess(launched.batch, token_ids)
     if not launched.batch.is_prefill: self.stats["decode_tokens"] += kept
-    for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
-        if took[row] and (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:
+    for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():  # (a request that ended before this step
+        if (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:  # is gone, and so is its token)
             self._add_logprobs(r, token_ids[row], lp, rank, top_lp, top_ids)
     reqs = [r for s in launched.batch.seqs if (r := self._by_seq.get(s.seq_id)) is not None]  # not aborted or done
     outputs = [self._output(r) for r in reqs if r.reports]
@@ -230,12 +230,17 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
 def _add_logprobs(self: LLMEngine, req: Request, token_id: int, logprob: float, rank: int, top_lp: list[float],
                   top_ids: list[int]) -> None:
     "Record a new token's logprob and the request's `logprobs` likeliest tokens (the step found the most any row asked)."
-    text = (lambda t: self.tokenizer.decode([t])) if self.tokenizer is not None else (lambda t: None)
-    entry = {token_id: Logprob(logprob, rank, text(token_id))}
+    entry = {token_id: Logprob(logprob, rank, self._token_text(token_id))}
     k = req.seq.params.logprobs
-    for i, (t, v) in enumerate(zip(top_ids[:k], top_lp[:k])): entry.setdefault(t, Logprob(v, i + 1, text(t)))
+    for i, (t, v) in enumerate(zip(top_ids[:k], top_lp[:k])): entry.setdefault(t, Logprob(v, i + 1, self._token_text(t)))
     req.logprobs.append(entry)
     req.cumulative_logprob += logprob
+
+def _token_text(self: LLMEngine, token_id: int) -> str | None:
+    "A token's own text (remembered: up to 21 decodes per token of a request with logprobs add up)."
+    if self.tokenizer is None: return None
+    if (text := self._token_texts.get(token_id)) is None: text = self._token_texts[token_id] = self.tokenizer.decode([token_id])
+    return text
 
 def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
     "After an error: abort the requests of steps not read back, un-caching blocks whose KV may be missing."
@@ -276,7 +281,7 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
     return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished)
 
 LLMEngine.step, LLMEngine._launch, LLMEngine._read_back, LLMEngine._drop = step, _launch, _read_back, _drop
-LLMEngine._add_logprobs = _add_logprobs
+LLMEngine._add_logprobs, LLMEngine._token_text = _add_logprobs, _token_text
 LLMEngine._naming_dead_workers, LLMEngine._output = _naming_dead_workers, _output
 
 # %% ../nbs/14_engine.ipynb #c015

@@ -393,7 +393,7 @@ def sse(obj: dict | str) -> str: return f"data: {obj if isinstance(obj, str) els
 def _token_text(token_id: int, lp: Logprob) -> str:
     return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
 
-def _finite(x: float) -> float: return max(x, -9999.0)
+def _finite(x: float) -> float: return x if x > -9999.0 else -9999.0  # (NaN too: JSON has none)
 
 def completion_logprobs(ids: list[int], entries: list[dict[int, Logprob]], offset: int = 0) -> dict:
     "The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first."
@@ -427,8 +427,8 @@ async def stream_events(stream: RequestStream, params: SamplingParams, req: Samp
         async for text, start, out in text_deltas(stream, params):
             c = out.outputs[0]
             reason = c.finish_reason if out.finished else None
-            lps = choice_logprobs(req, c, start, offset)
-            if not (text or reason or ids or (lps and len(c.token_ids) > start)): continue
+            lps = choice_logprobs(req, c, start, offset) if len(c.token_ids) > start else None  # (of the new tokens)
+            if not (text or reason or ids or lps): continue
             tids = c.token_ids[start:] if ids else None
             choice = chat_choice("delta", {"content": text} if text else {}, reason, tids, lps) if chat else completion_choice(text, reason, tids, lps)
             yield sse(head | {"choices": [choice]} | ({"prompt_token_ids": out.prompt_token_ids} if ids and first else {}))

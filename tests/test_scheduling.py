@@ -12,10 +12,14 @@ def test_small_pool_preempts_and_completes(checkpoints):
     small = LLM(ckpt, dtype="float32", device="cpu", block_size=16, num_kv_blocks=24, max_model_len=256)
     assert small.engine.runner.num_kv_blocks < demand / 3
     free0 = small.engine.block_manager.num_free_blocks
-    ref = big.generate(prompts, GREEDY, use_tqdm=False)
-    outs = small.generate(prompts, GREEDY, use_tqdm=False)
+    params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True, logprobs=1)
+    ref = big.generate(prompts, params, use_tqdm=False)
+    outs = small.generate(prompts, params, use_tqdm=False)
     assert small.engine.scheduler.num_preemptions > 0
     assert [o.outputs[0].token_ids for o in outs] == [o.outputs[0].token_ids for o in ref]
+    for o, r in zip(outs, ref):  # recomputed sequences keep one logprob entry per token, the same as uninterrupted
+        lp = lambda c: [e[t].logprob for t, e in zip(c.token_ids, c.logprobs)]
+        assert lp(o.outputs[0]) == pytest.approx(lp(r.outputs[0]), abs=1e-5)
     assert small.engine.block_manager.num_free_blocks == free0 == 24
 
 
@@ -126,17 +130,22 @@ def test_async_scheduling_gives_the_same_outputs(checkpoints, block_size):
     ckpt = checkpoints("qwen3-tiny")
     kw = dict(dtype="float32", device="cpu", block_size=block_size, num_kv_blocks=2048 // block_size, max_model_len=160)
     prompts = random_prompts(6, seed=10, lo=5, hi=40)
-    results = []
+    results, lps = [], []
     for async_scheduling in (False, True):
         llm = LLM(ckpt, async_scheduling=async_scheduling, **kw)
         bm = llm.engine.block_manager
         ref = llm.generate(prompts, GREEDY, use_tqdm=False)
         stop_id, stop_text = ref[1].outputs[0].token_ids[5], ref[4].outputs[0].text[10:14]
-        params = [GREEDY, SamplingParams(temperature=0, max_tokens=64, stop_token_ids=[stop_id]),
-                  SamplingParams(temperature=0.8, top_p=0.9, max_tokens=20, seed=3),
-                  SamplingParams(temperature=0, max_tokens=1), SamplingParams(temperature=0, max_tokens=64, stop=[stop_text]),
+        params = [GREEDY, SamplingParams(temperature=0, max_tokens=64, stop_token_ids=[stop_id], logprobs=2),
+                  SamplingParams(temperature=0.8, top_p=0.9, max_tokens=20, seed=3, logprobs=0),
+                  SamplingParams(temperature=0, max_tokens=1, logprobs=1),
+                  SamplingParams(temperature=0, max_tokens=64, stop=[stop_text], logprobs=3),
                   SamplingParams(temperature=1.0, top_k=20, max_tokens=30, seed=4, ignore_eos=True)]
         outs = llm.generate(prompts, params, use_tqdm=False)
+        for o in outs[1:5]:  # one logprob entry per token kept, also for the sequences that stopped with a step in flight
+            c = o.outputs[0]
+            assert len(c.logprobs) == len(c.token_ids) and all(t in e for t, e in zip(c.token_ids, c.logprobs))
+        lps.append([[e[t].logprob for t, e in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)] for o in outs[1:5]])
         again = [p + o.outputs[0].token_ids[:20] for p, o in zip(prompts[:2], outs[:2])]  # hits on generated blocks
         hits = bm.num_cache_hit_tokens
         outs += llm.generate(again, GREEDY, use_tqdm=False)
@@ -146,6 +155,7 @@ def test_async_scheduling_gives_the_same_outputs(checkpoints, block_size):
         assert not llm.engine.has_unfinished_requests() and bm.num_free_blocks == 2048 // block_size
         llm.shutdown()
     assert results[0] == results[1]
+    assert [x for row in lps[1] for x in row] == pytest.approx([x for row in lps[0] for x in row], abs=1e-5)
     _, got, hits = results[1]
     assert [r for _, _, r in got[:6]] == ["length", "stop", "length", "length", "stop", "length"]
     assert len(got[3][0]) == 1 and hits >= len(prompts[0]) + 20 - block_size
