@@ -49,6 +49,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # asked for: per prompt token (the first: None)
 
 # %% ../nbs/14_engine.ipynb #c006
 class IncrementalDetokenizer:
@@ -77,6 +78,7 @@ class Request:
     stop_reason: str | None = None
     logprobs: list[dict[int, Logprob]] | None = None  # one dict per new token, if the request asks for logprobs
     cumulative_logprob: float = 0.0
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # once its prompt was computed, if it asks
 
     @property
     def reports(self) -> bool:
@@ -220,21 +222,24 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     if not launched.batch.is_prefill: self.stats["decode_tokens"] += kept
     for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():  # (a request that ended before this step
         if (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:  # is gone, and so is its token)
-            self._add_logprobs(r, token_ids[row], lp, rank, top_lp, top_ids)
+            r.logprobs.append(self._logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, r.seq.params.logprobs))
+            r.cumulative_logprob += lp
+    for row, scored in launched.prompt_logprobs().items():
+        if (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:
+            prompt, k = r.seq.token_ids[:r.seq.num_prompt_tokens], r.seq.params.prompt_logprobs
+            r.prompt_logprobs = [None] + [self._logprob_entry(t, *s, k) for t, s in zip(prompt[1:], scored)]
     reqs = [r for s in launched.batch.seqs if (r := self._by_seq.get(s.seq_id)) is not None]  # not aborted or done
     outputs = [self._output(r) for r in reqs if r.reports]
     for o in outputs:
         if o.finished: del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
     return outputs
 
-def _add_logprobs(self: LLMEngine, req: Request, token_id: int, logprob: float, rank: int, top_lp: list[float],
-                  top_ids: list[int]) -> None:
-    "Record a new token's logprob and the request's `logprobs` likeliest tokens (the step found the most any row asked)."
+def _logprob_entry(self: LLMEngine, token_id: int, logprob: float, rank: int, top_lp: list[float], top_ids: list[int],
+                   k: int) -> dict[int, Logprob]:
+    "A token's `Logprob` and those of the `k` likeliest tokens at its place (the step found the most any row asked)."
     entry = {token_id: Logprob(logprob, rank, self._token_text(token_id))}
-    k = req.seq.params.logprobs
     for i, (t, v) in enumerate(zip(top_ids[:k], top_lp[:k])): entry.setdefault(t, Logprob(v, i + 1, self._token_text(t)))
-    req.logprobs.append(entry)
-    req.cumulative_logprob += logprob
+    return entry
 
 def _token_text(self: LLMEngine, token_id: int) -> str | None:
     "A token's own text (remembered: up to 21 decodes per token of a request with logprobs add up)."
@@ -278,10 +283,11 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
     asked = req.logprobs is not None
     out = CompletionOutput(0, text, seq.completion_token_ids, seq.finish_reason, req.stop_reason,
                            list(req.logprobs) if asked else None, req.cumulative_logprob if asked else None)
-    return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished)
+    return RequestOutput(req.request_id, req.prompt, seq.token_ids[:seq.num_prompt_tokens], [out], seq.is_finished,
+                         req.prompt_logprobs)
 
 LLMEngine.step, LLMEngine._launch, LLMEngine._read_back, LLMEngine._drop = step, _launch, _read_back, _drop
-LLMEngine._add_logprobs, LLMEngine._token_text = _add_logprobs, _token_text
+LLMEngine._logprob_entry, LLMEngine._token_text = _logprob_entry, _token_text
 LLMEngine._naming_dead_workers, LLMEngine._output = _naming_dead_workers, _output
 
 # %% ../nbs/14_engine.ipynb #c015

@@ -29,7 +29,7 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
 __all__ = ['log', 'MODEL_CLASSES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_class', 'resolve_device', 'resolve_dtype',
            'default_dtype', 'select_kernels', 'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill',
            'prepare_decode', 'sampling_tensors', 'last_step_ids', 'fill_pending', 'execute', 'logits', 'LaunchedStep',
-           'launch', 'step_logprobs', 'run', 'DecodeGraphs']
+           'launch', 'step_logprobs', 'run', 'prompt_logprobs', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -186,12 +186,17 @@ class StepInput:
     query_lens: list[int]           # new tokens per sequence
     pending: tuple[list[int], list[int], int] | None = None  # ids still on the device: (rows, their rows in the
                                                               # last step's sampled ids, that step's batch size)
+    logit_rows: list[int] | None = None  # the tokens whose logits the step computes; `None`: each sequence's last
 
 def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
     seqs = batch.seqs
     assert not any(s.num_pending for s in seqs), "a prefill needs every token"
+    query_lens, rows = [len(s) - s.num_cached_tokens for s in seqs], None
+    if any(s.prompt_logprobs_due for s in seqs):  # their every prompt token's logits (to score the token after it)
+        rows = [r for s, q, end in zip(seqs, query_lens, accumulate(query_lens))
+                for r in (range(end - q, end) if s.prompt_logprobs_due else [end - 1])]
     return StepInput(True, [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]], [s.block_table for s in seqs],
-                     [len(s) for s in seqs], [len(s) - s.num_cached_tokens for s in seqs])
+                     [len(s) for s in seqs], query_lens, logit_rows=rows)
 
 def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
     seqs, rows, last_rows = batch.seqs, [], []
@@ -242,7 +247,8 @@ def execute(self: ModelRunner, step: StepInput) -> Tensor:
     ids = to_device(torch.tensor(step.input_ids), self.device)
     if last_ids is not None: fill_pending(ids, step.pending, last_ids)
     hidden = self.model(ids, positions, meta)
-    return self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
+    rows = meta.cu_seqlens_q[1:].long() - 1 if step.logit_rows is None else to_device(torch.tensor(step.logit_rows), self.device)
+    return self.model.compute_logits(hidden[rows])
 
 def logits(self: ModelRunner, step: StepInput) -> Tensor:
     "Rank 0: run `step` on every rank (sending it to the workers) and return the logits."
@@ -252,9 +258,11 @@ def logits(self: ModelRunner, step: StepInput) -> Tensor:
 class LaunchedStep:
     "A step queued on the GPU: its batch, and its sampled ids (and asked-for logprobs) on their way to host memory."
     def __init__(self, batch: ScheduledBatch, token_ids: Tensor, started: float,
-                 logprobs: tuple[list[int], tuple[Tensor, ...]] | None = None):  # (rows, `token_logprobs` of them)
+                 logprobs: tuple[list[int], tuple[Tensor, ...]] | None = None,  # (rows, `token_logprobs` of them)
+                 prompt_logprobs: tuple[list[tuple[int, int]], tuple[Tensor, ...]] | None = None):  # ([(row, tokens)], ..)
         self.batch, self.started, self.ready = batch, started, None
-        self.logprob_rows, tensors = logprobs[0] if logprobs else [], [token_ids, *(logprobs[1] if logprobs else ())]
+        self.logprob_rows, self.prompt_logprob_rows = logprobs[0] if logprobs else [], prompt_logprobs[0] if prompt_logprobs else []
+        tensors = [token_ids, *(logprobs[1] if logprobs else ()), *(prompt_logprobs[1] if prompt_logprobs else ())]
         if token_ids.is_cuda:  # pinned host memory, copied without waiting
             self.host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in tensors]
             self.ready = torch.cuda.Event(); self.ready.record()
@@ -268,19 +276,30 @@ class LaunchedStep:
     def logprobs(self) -> dict[int, tuple[float, int, list[float], list[int]]]:
         "Row -> (its token's logprob, rank, the likeliest tokens' logprobs, ids) for the rows that asked (after `token_ids`)."
         if not self.logprob_rows: return {}
-        lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[1:])
+        lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[1:5])
         return {r: (lp[i], rank[i], top_lp[i], top_ids[i]) for i, r in enumerate(self.logprob_rows)}
+
+    def prompt_logprobs(self) -> dict[int, list[tuple[float, int, list[float], list[int]]]]:
+        "Row -> one `logprobs` tuple per prompt token after the first, for the rows that asked (after `token_ids`)."
+        if not self.prompt_logprob_rows: return {}
+        lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[-4:])
+        out, at = {}, 0
+        for r, n in self.prompt_logprob_rows:
+            out[r] = list(zip(lp[at:at + n], rank[at:at + n], top_lp[at:at + n], top_ids[at:at + n]))
+            at += n
+        return out
 
 @torch.inference_mode()
 def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
     "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
     started = time.perf_counter()
     step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
-    logits, params = self.logits(step), [s.params for s in batch.seqs]
+    logits, params, prompt_lps = self.logits(step), [s.params for s in batch.seqs], None
+    if step.logit_rows is not None: logits, prompt_lps = self.prompt_logprobs(batch, step, logits)
     if all(p.greedy for p in params): ids = logits.argmax(-1)
     else: ids = sample(logits, *self.sampling_tensors(batch), filtered=any(p.top_k > 0 or p.top_p < 1 for p in params))
     self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(batch.seqs)}
-    return LaunchedStep(batch, ids, started, self.step_logprobs(logits, ids, params))
+    return LaunchedStep(batch, ids, started, self.step_logprobs(logits, ids, params), prompt_lps)
 
 def step_logprobs(self: ModelRunner, logits: Tensor, ids: Tensor,
                   params: list[SamplingParams]) -> tuple[list[int], tuple[Tensor, ...]] | None:
@@ -295,7 +314,22 @@ def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     return self.launch(batch).token_ids()
 
 ModelRunner.sampling_tensors, ModelRunner.last_step_ids, ModelRunner.execute = sampling_tensors, last_step_ids, execute
+def prompt_logprobs(self: ModelRunner, batch: ScheduledBatch, step: StepInput,
+                    logits: Tensor) -> tuple[Tensor, tuple[list[tuple[int, int]], tuple[Tensor, ...]]]:
+    """The logits of a prefill that kept whole prompts' rows, split: each sequence's last row (to sample from), and
+    `token_logprobs` of the prompt tokens after the first of the sequences that asked, with `[(row, tokens)]`."""
+    last, scored, targets, counts, at = [], [], [], [], 0
+    for i, (s, q) in enumerate(zip(batch.seqs, step.query_lens)):
+        if s.prompt_logprobs_due:  # row j of its prompt predicts token j + 1
+            scored += range(at, at + q - 1); targets += s.token_ids[1:q]; counts.append((i, q - 1))
+        at += q if s.prompt_logprobs_due else 1
+        last.append(at - 1)
+    k = max(s.params.prompt_logprobs for s in batch.seqs if s.prompt_logprobs_due)
+    t = lambda xs: to_device(torch.tensor(xs, dtype=torch.long), logits.device)
+    return logits[t(last)], (counts, token_logprobs(logits[t(scored)], t(targets), k))
+
 ModelRunner.logits, ModelRunner.launch, ModelRunner.step_logprobs, ModelRunner.run = logits, launch, step_logprobs, run
+ModelRunner.prompt_logprobs = prompt_logprobs
 
 # %% ../nbs/13_runner.ipynb #c021
 class DecodeGraphs:

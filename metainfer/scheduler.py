@@ -84,6 +84,8 @@ def _preempt(self: Scheduler, seq: Sequence) -> None:
 def launched(self: Scheduler, batch: ScheduledBatch) -> None:
     "The batch's step is on its way: each sequence holds the place of the token it will produce."
     for seq in batch.seqs: seq.append_pending()
+    if batch.is_prefill:  # (a recomputation after preemption needs no prompt logprobs again: cache hits are fine)
+        for seq in batch.seqs: seq.prompt_logprobs_due = False
 
 Scheduler.schedule, Scheduler._preempt, Scheduler._reaches_length_limit = schedule, _preempt, _reaches_length_limit
 Scheduler.launched = launched

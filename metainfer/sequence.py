@@ -30,6 +30,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False            # keep going past the end-of-sequence token
     logprobs: int | None = None         # the log-probability of each new token and of the k likeliest at its place
+    prompt_logprobs: int | None = None  # the same for each prompt token after the first (computed without cache hits)
 
     def __post_init__(self):
         if isinstance(self.stop, str): self.stop = [self.stop]
@@ -39,8 +40,9 @@ class SamplingParams:
         if self.top_k < -1: raise ValueError(f"top_k must be -1 (all) or a positive count, got {self.top_k}")
         if self.max_tokens < 1: raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if any(not s for s in self.stop): raise ValueError("stop strings must be non-empty")
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        for name in ("logprobs", "prompt_logprobs"):
+            if (k := getattr(self, name)) is not None and not 0 <= k <= MAX_LOGPROBS:
+                raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {k}")
 
     @property
     def greedy(self) -> bool: return self.temperature == 0
@@ -68,6 +70,7 @@ class Sequence:
         self.finish_reason: str | None = None
         self.generator = None           # the runner's random generator for a seeded request
         self.num_pending = 0            # trailing PENDING tokens: launched steps' outputs not read back yet
+        self.prompt_logprobs_due = params.prompt_logprobs is not None  # until its first prefill is launched
 
     def __len__(self) -> int: return len(self.token_ids)   # pending tokens included: they have KV slots
     # these run for every sequence at every step: `len(self.token_ids)`, not the slower `len(self)`
@@ -153,7 +156,7 @@ def can_allocate(self: BlockManager, seq: Sequence) -> bool:
 def allocate(self: BlockManager, seq: Sequence) -> None:
     "Give `seq` its block table, sharing cached prefix blocks."
     assert not seq.block_table, f"sequence {seq.seq_id} already has blocks"
-    h, hitting = None, self.enable_prefix_caching
+    h, hitting = None, self.enable_prefix_caching and not seq.prompt_logprobs_due  # (hits would skip prompt logits)
     for i in range(seq.num_blocks):
         ids = seq.block(i)
         full = len(ids) == self.block_size

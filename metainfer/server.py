@@ -26,10 +26,10 @@ __all__ = ['INT64', 'ACCEPTED', 'OpenAIError', 'OpenAIModel', 'StreamOptions', '
            'completion_prompt', 'message_text', 'chat_prompt', 'EngineStats', 'Add', 'Abort', 'EngineError',
            'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage', 'response_head',
            'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs', 'choice_logprobs',
-           'stream_events', 'wait_disconnect', 'final_output', 'ServerState', 'server_state', 'check_api_key',
-           'read_body', 'check_model', 'submit', 'event_stream', 'completions', 'chat_completions', 'prometheus_text',
-           'parse_metrics', 'health', 'models', 'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket',
-           'ServerThread', 'serve_main']
+           'echo_text', 'stream_events', 'wait_disconnect', 'final_output', 'ServerState', 'server_state',
+           'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'completions', 'chat_completions',
+           'prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'http_error', 'internal_error',
+           'build_app', 'bind_socket', 'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -118,8 +118,8 @@ def unsupported(req: SamplingRequest) -> str | None:
     "The first field asking for a feature this server doesn't implement, if any."
     checks = {"n": req.n not in (None, 1), "presence_penalty": bool(req.presence_penalty),
               "frequency_penalty": bool(req.frequency_penalty), "logit_bias": bool(req.logit_bias)}
-    if isinstance(req, CompletionRequest):  # (`echo` would need the prompt's logprobs)
-        checks |= {"echo": bool(req.echo), "suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
+    if isinstance(req, CompletionRequest):
+        checks |= {"suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
     if isinstance(req, ChatCompletionRequest):
         checks |= {"tools": bool(req.tools),
                    "tool_choice": req.tool_choice not in (None, "none", "auto"),
@@ -143,9 +143,10 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
     if chat and req.top_logprobs and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", param="top_logprobs")
     logprobs = ((req.top_logprobs or 0) if req.logprobs else None) if chat else req.logprobs
+    prompt_logprobs = logprobs if not chat and req.echo else None   # an echoed prompt comes with its logprobs
     given = {k: v for k, v in dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
                                    stop=req.stop, stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos,
-                                   logprobs=logprobs).items() if v is not None}
+                                   logprobs=logprobs, prompt_logprobs=prompt_logprobs).items() if v is not None}
     try: return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
     except ValueError as e: raise OpenAIError(str(e)) from None
 
@@ -395,11 +396,15 @@ def _token_text(token_id: int, lp: Logprob) -> str:
 
 def _finite(x: float) -> float: return x if x > -9999.0 else -9999.0  # (NaN too: JSON has none)
 
-def completion_logprobs(ids: list[int], entries: list[dict[int, Logprob]], offset: int = 0) -> dict:
-    "The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first."
-    tokens = [_token_text(t, e[t]) for t, e in zip(ids, entries)]
-    return {"tokens": tokens, "token_logprobs": [_finite(e[t].logprob) for t, e in zip(ids, entries)],
-            "top_logprobs": [{_token_text(t, lp): _finite(lp.logprob) for t, lp in e.items()} for e in entries],
+def completion_logprobs(ids: list[int], entries: list[dict[int, Logprob] | None], offset: int = 0, tokenizer=None) -> dict:
+    """The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first. An entry `None` (an
+    echoed prompt's first token, which nothing predicts) has no logprobs, and its text comes from `tokenizer`."""
+    def text(t, e):
+        if e is not None: return _token_text(t, e[t])
+        return tokenizer.decode([t]) if tokenizer is not None else f"token_id:{t}"
+    tokens = [text(t, e) for t, e in zip(ids, entries)]
+    return {"tokens": tokens, "token_logprobs": [None if e is None else _finite(e[t].logprob) for t, e in zip(ids, entries)],
+            "top_logprobs": [None if e is None else {_token_text(t, lp): _finite(lp.logprob) for t, lp in e.items()} for e in entries],
             "text_offset": list(accumulate(map(len, tokens[:-1]), initial=offset)) if tokens else []}
 
 def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -> dict:
@@ -410,16 +415,28 @@ def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -
     likeliest = lambda e: sorted(e.items(), key=lambda kv: -kv[1].logprob)[:top]
     return {"content": [item(t, e[t]) | {"top_logprobs": [item(*kv) for kv in likeliest(e)]} for t, e in zip(ids, entries)]}
 
-def choice_logprobs(req: SamplingRequest, c: CompletionOutput, start: int = 0, offset: int = 0) -> dict | None:
-    "A choice's `logprobs` for the tokens of `c` from `start` on (`offset`: their text offset); `None` unless asked for."
+def choice_logprobs(req: SamplingRequest, out: RequestOutput, start: int = 0, offset: int = 0, echo: bool = False,
+                    tokenizer=None) -> dict | None:
+    """A choice's `logprobs` for the new tokens of `out` from `start` on (`offset`: their text offset), after the
+    prompt's with `echo`; `None` unless asked for."""
+    c = out.outputs[0]
     if c.logprobs is None: return None
     ids, entries = c.token_ids[start:], c.logprobs[start:]
     if isinstance(req, ChatCompletionRequest): return chat_logprobs(ids, entries, req.top_logprobs or 0)
-    return completion_logprobs(ids, entries, offset)
+    if echo: ids, entries = out.prompt_token_ids + ids, out.prompt_logprobs + entries
+    return completion_logprobs(ids, entries, offset, tokenizer)
+
+def echo_text(req: CompletionRequest, tokenizer) -> str | None:
+    "What an `echo` request's text starts with: its prompt as sent, or its token ids decoded; `None` without echo."
+    if not req.echo: return None
+    p = req.prompt[0] if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], (str, list)) else req.prompt
+    if isinstance(p, str): return p
+    return tokenizer.decode(p) if tokenizer is not None else ""
 
 # %% ../nbs/17_server.ipynb #c040
-async def stream_events(stream: RequestStream, params: SamplingParams, req: SamplingRequest, head: dict) -> AsyncIterator[str]:
-    "The SSE events of a streaming response, ending with `data: [DONE]`."
+async def stream_events(stream: RequestStream, params: SamplingParams, req: SamplingRequest, head: dict,
+                        echo: str | None = None, tokenizer=None) -> AsyncIterator[str]:
+    "The SSE events of a streaming response, ending with `data: [DONE]` (`echo`: the text before the first chunk's)."
     chat, ids = head["object"] == "chat.completion.chunk", bool(req.return_token_ids)
     out, first, offset = None, True, 0
     try:
@@ -427,7 +444,9 @@ async def stream_events(stream: RequestStream, params: SamplingParams, req: Samp
         async for text, start, out in text_deltas(stream, params):
             c = out.outputs[0]
             reason = c.finish_reason if out.finished else None
-            lps = choice_logprobs(req, c, start, offset) if len(c.token_ids) > start else None  # (of the new tokens)
+            echo_now = echo is not None and first                # the prompt goes first, with its logprobs
+            if echo_now: text = echo + text
+            lps = choice_logprobs(req, out, start, offset, echo_now, tokenizer) if len(c.token_ids) > start or echo_now else None
             if not (text or reason or ids or lps): continue
             tids = c.token_ids[start:] if ids else None
             choice = chat_choice("delta", {"content": text} if text else {}, reason, tids, lps) if chat else completion_choice(text, reason, tids, lps)
@@ -521,11 +540,16 @@ def event_stream(events: AsyncIterator[str], stream: RequestStream) -> Streaming
 # %% ../nbs/17_server.ipynb #c047
 async def completions(request: Request):
     req, model, params, stream, rid = await submit(request, CompletionRequest, completion_prompt, "cmpl")
-    if req.stream: return event_stream(stream_events(stream, params, req, response_head(rid, model, "text_completion")), stream)
+    tokenizer = server_state(request).tokenizer
+    echo = echo_text(req, tokenizer)
+    if req.stream:
+        head = response_head(rid, model, "text_completion")
+        return event_stream(stream_events(stream, params, req, head, echo, tokenizer), stream)
     out = await final_output(stream, request)
     c, ids = out.outputs[0], req.return_token_ids
+    lps = choice_logprobs(req, out, echo=echo is not None, tokenizer=tokenizer)
     return JSONResponse(response_head(rid, model, "text_completion") | {
-        "choices": [completion_choice(c.text, c.finish_reason, c.token_ids if ids else None, choice_logprobs(req, c))],
+        "choices": [completion_choice((echo or "") + c.text, c.finish_reason, c.token_ids if ids else None, lps)],
         "usage": usage(out)}
         | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
 
@@ -536,7 +560,7 @@ async def chat_completions(request: Request):
     c, ids = out.outputs[0], req.return_token_ids
     message = {"role": "assistant", "content": c.text}
     return JSONResponse(response_head(rid, model, "chat.completion") | {
-        "choices": [chat_choice("message", message, c.finish_reason, c.token_ids if ids else None, choice_logprobs(req, c))],
+        "choices": [chat_choice("message", message, c.finish_reason, c.token_ids if ids else None, choice_logprobs(req, out))],
         "usage": usage(out)}
         | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
 

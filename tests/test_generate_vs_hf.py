@@ -53,26 +53,40 @@ def test_text_prompts_and_tokenizer(checkpoints, hf_models):
     assert [o.prompt for o in outs] == prompts
 
 
+def rank_agrees(rank: int, ref: torch.Tensor, t: int, tol: float = 1e-5) -> bool:
+    "Whether `rank` counts the tokens at least as likely as `t` in `ref`, up to ties within `tol` (rounding)."
+    return int((ref > ref[t] + tol).sum()) < rank <= int((ref >= ref[t] - tol).sum())
+
+
 def test_logprobs_equal_hf(checkpoints, hf_models):
     """Asked-for logprobs are HF's log-softmax at each new token's place (teacher-forced on the same tokens): the
     chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded sampled requests alike."""
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(6, seed=5)
-    params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3),
+    params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3, prompt_logprobs=2),
               SamplingParams(temperature=1.0, top_k=40, seed=9, max_tokens=12, ignore_eos=True, logprobs=0),
               SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)] * 2
     llm = LLM(ckpt, dtype="float32", device="cpu")
     outs = llm.generate(prompts, params, use_tqdm=False)
     hf = hf_models(ckpt)
+    greedy = [i for i, p in enumerate(params) if p.temperature == 0]
+    assert [outs[i].outputs[0].token_ids for i in greedy] == hf_greedy(hf, [prompts[i] for i in greedy], 12)
     for prompt, p, out in zip(prompts, params, outs):
         c = out.outputs[0]
+        if p.prompt_logprobs is None: assert out.prompt_logprobs is None
+        else:  # the prompt's tokens after the first, scored by the rows before them
+            with torch.no_grad(): ref = hf(torch.tensor([prompt])).logits[0, :-1].log_softmax(-1)
+            assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
+            for t, e, r in zip(prompt[1:], out.prompt_logprobs[1:], ref):
+                assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and rank_agrees(e[t].rank, r, t)
+                assert set(e) == {t, *r.topk(p.prompt_logprobs).indices.tolist()}
         if p.logprobs is None:
             assert c.logprobs is None and c.cumulative_logprob is None
             continue
         with torch.no_grad(): ref = hf(torch.tensor([prompt + c.token_ids])).logits[0, len(prompt) - 1:-1].log_softmax(-1)
         assert len(c.logprobs) == len(c.token_ids) == 12
         for t, e, r in zip(c.token_ids, c.logprobs, ref):
-            assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and e[t].rank == int((r >= r[t]).sum())
+            assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and rank_agrees(e[t].rank, r, t)
             top = r.topk(p.logprobs)
             assert set(e) == {t, *top.indices.tolist()}
             for rank, (i, v) in enumerate(zip(top.indices.tolist(), top.values.tolist()), 1):
@@ -80,3 +94,20 @@ def test_logprobs_equal_hf(checkpoints, hf_models):
         assert p.temperature > 0 or all(e[t].rank == 1 for t, e in zip(c.token_ids, c.logprobs))
         assert c.cumulative_logprob == pytest.approx(sum(e[t].logprob for t, e in zip(c.token_ids, c.logprobs)))
         assert c.logprobs[0][c.token_ids[0]].decoded_token == llm.get_tokenizer().decode([c.token_ids[0]])
+
+
+def test_prompt_logprobs_skip_cache_hits(checkpoints, hf_models):
+    """A request for prompt logprobs computes its whole prompt even when its blocks are cached (a hit would skip the
+    rows that score them); the greedy tokens stay HF's, and a request without them still hits the cache."""
+    ckpt = checkpoints("qwen3-tiny")
+    prompt = random_prompts(1, seed=6, lo=40, hi=40)[0]
+    llm = LLM(ckpt, dtype="float32", device="cpu", block_size=16)
+    bm = llm.engine.block_manager
+    first = llm.generate([prompt], GREEDY, use_tqdm=False)[0]
+    hits = bm.num_cache_hit_tokens
+    scored = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=64, ignore_eos=True, prompt_logprobs=0),
+                          use_tqdm=False)[0]
+    assert bm.num_cache_hit_tokens == hits and len(scored.prompt_logprobs) == 40
+    assert scored.outputs[0].token_ids == first.outputs[0].token_ids == hf_greedy(hf_models(ckpt), [prompt], 64)[0]
+    llm.generate([prompt], GREEDY, use_tqdm=False)
+    assert bm.num_cache_hit_tokens == hits + 32

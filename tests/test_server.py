@@ -124,6 +124,28 @@ def test_completions_logprobs_equal_llm_generate(llm, client):
         assert [x for c in chunks for x in c.text_offset] == lp.text_offset
 
 
+def test_echo_with_logprobs_scores_the_prompt(llm, client):
+    "`echo` puts the prompt before the completion; with `logprobs`, the prompt's tokens are scored too (the first: null)."
+    tok, prompt = llm.get_tokenizer(), PROMPTS[1]
+    ref = llm.generate(prompt, greedy(4, ignore_eos=True, logprobs=1, prompt_logprobs=1), use_tqdm=False)[0]
+    n = len(ref.prompt_token_ids)
+    kw = dict(model="tiny", prompt=prompt, max_tokens=4, temperature=0, echo=True, logprobs=1, extra_body={"ignore_eos": True})
+    c = client.completions.create(**kw).choices[0]
+    assert c.text == prompt + ref.outputs[0].text
+    ids = ref.prompt_token_ids + ref.outputs[0].token_ids
+    entries = ref.prompt_logprobs + ref.outputs[0].logprobs
+    assert c.logprobs.tokens == [tok.decode([t]) for t in ids]
+    assert c.logprobs.token_logprobs[0] is None and c.logprobs.top_logprobs[0] is None
+    assert c.logprobs.token_logprobs[1:] == pytest.approx([e[t].logprob for t, e in zip(ids[1:], entries[1:])], abs=1e-5)
+    assert c.logprobs.text_offset == [sum(len(tok.decode([t])) for t in ids[:i]) for i in range(n + 4)]
+    chunks = [ch.choices[0] for ch in client.completions.create(**kw, stream=True)]
+    assert "".join(ch.text for ch in chunks) == c.text and chunks[0].text.startswith(prompt)
+    assert [t for ch in chunks if ch.logprobs for t in ch.logprobs.tokens] == c.logprobs.tokens
+    assert [x for ch in chunks if ch.logprobs for x in ch.logprobs.text_offset] == c.logprobs.text_offset
+    ids_prompt = client.completions.create(model="tiny", prompt=ref.prompt_token_ids, max_tokens=2, echo=True)
+    assert ids_prompt.choices[0].text.startswith(tok.decode(ref.prompt_token_ids)) and ids_prompt.choices[0].logprobs is None
+
+
 def test_chat_logprobs(llm, client):
     "Chat logprobs: each token's text, logprob and bytes, and its `top_logprobs` likeliest tokens, streamed and not."
     ref = llm.generate(chat_text(llm, CHAT[0]), greedy(6, ignore_eos=True, logprobs=2), use_tqdm=False)[0].outputs[0]

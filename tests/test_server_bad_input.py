@@ -48,7 +48,7 @@ CASES = [
     ("logprobs over 20", "POST", CMPL, b'{"prompt": "x", "logprobs": 21}', AUTH, 400, "invalid_value"),
     ("negative logprobs", "POST", CMPL, b'{"prompt": "x", "logprobs": -1}', AUTH, 400, "invalid_value"),
     ("logprobs as a boolean", "POST", CMPL, b'{"prompt": "x", "logprobs": true}', AUTH, 400, None),
-    ("echo", "POST", CMPL, b'{"prompt": "x", "echo": true}', AUTH, 400, "unsupported_parameter"),
+    ("suffix", "POST", CMPL, b'{"prompt": "x", "suffix": "y"}', AUTH, 400, "unsupported_parameter"),
     ("presence penalty", "POST", CMPL, b'{"prompt": "x", "presence_penalty": 1.0}', AUTH, 400, "unsupported_parameter"),
     ("empty stop string", "POST", CMPL, b'{"prompt": "x", "stop": [""]}', AUTH, 400, None),
     ("stop of wrong type", "POST", CMPL, b'{"prompt": "x", "stop": 7}', AUTH, 400, None),

@@ -37,12 +37,15 @@ def test_tp2_async_scheduling_with_sampling(checkpoints):
     rank 0: seeded sampling gives the same tokens (and logprobs) with async scheduling as without."""
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(4, seed=15)
-    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=24, seed=7, ignore_eos=True, logprobs=2)
+    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=24, seed=7, ignore_eos=True, logprobs=2,
+                            prompt_logprobs=1)   # every rank computes the prompts' logits, rank 0 scores them
     outs = []
     for async_scheduling in (False, True):
         with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2, async_scheduling=async_scheduling) as llm:
-            outs.append([(o.outputs[0].token_ids, o.outputs[0].logprobs) for o in llm.generate(prompts, params, use_tqdm=False)])
+            outs.append([(o.outputs[0].token_ids, o.outputs[0].logprobs, o.prompt_logprobs)
+                         for o in llm.generate(prompts, params, use_tqdm=False)])
     assert outs[0] == outs[1] and len(outs[0][0][0]) == len(outs[0][0][1]) == 24   # logprobs too: rank 0 samples
+    assert [len(o[2]) for o in outs[0]] == [len(p) for p in prompts]
 
 
 def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
