@@ -6,7 +6,7 @@
 from __future__ import annotations
 import asyncio, json, logging, os, queue, secrets, socket, threading, time, uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import Any, AsyncIterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,13 +23,13 @@ from .sequence import SamplingParams
 # %% auto #0
 __all__ = ['INT64', 'ACCEPTED', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'CompletionRequest',
            'ContentPart', 'ChatMessage', 'ChatCompletionRequest', 'parse_request', 'unsupported', 'sampling_params',
-           'completion_prompt', 'message_text', 'chat_prompt', 'EngineStats', 'Add', 'Abort', 'EngineError',
-           'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage', 'response_head',
+           'prompt_list', 'completion_prompts', 'message_text', 'chat_prompt', 'EngineStats', 'Add', 'Abort',
+           'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage', 'response_head',
            'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs', 'choice_logprobs',
-           'echo_text', 'stream_events', 'wait_disconnect', 'final_output', 'ServerState', 'server_state',
-           'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'completions', 'chat_completions',
-           'prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'http_error', 'internal_error',
-           'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+           'echo_texts', 'Choice', 'merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs',
+           'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'abort_all',
+           'event_stream', 'completions', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models',
+           'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -65,7 +65,7 @@ class SamplingRequest(OpenAIModel):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
-    n: int | None = None
+    n: int | None = Field(None, ge=1, le=128)    # completions per prompt
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None
@@ -76,7 +76,7 @@ class SamplingRequest(OpenAIModel):
 
 # %% ../nbs/17_server.ipynb #c008
 class CompletionRequest(SamplingRequest):
-    "POST /v1/completions: one prompt, as text or token ids."
+    "POST /v1/completions: a prompt (text or token ids) or a list of them."
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = None
     echo: bool | None = None
@@ -116,8 +116,8 @@ def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
 # %% ../nbs/17_server.ipynb #c013
 def unsupported(req: SamplingRequest) -> str | None:
     "The first field asking for a feature this server doesn't implement, if any."
-    checks = {"n": req.n not in (None, 1), "presence_penalty": bool(req.presence_penalty),
-              "frequency_penalty": bool(req.frequency_penalty), "logit_bias": bool(req.logit_bias)}
+    checks = {"presence_penalty": bool(req.presence_penalty), "frequency_penalty": bool(req.frequency_penalty),
+              "logit_bias": bool(req.logit_bias)}
     if isinstance(req, CompletionRequest):
         checks |= {"suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
     if isinstance(req, ChatCompletionRequest):
@@ -151,17 +151,21 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
     except ValueError as e: raise OpenAIError(str(e)) from None
 
 # %% ../nbs/17_server.ipynb #c017
-def completion_prompt(req: CompletionRequest, tokenizer) -> list[int]:
-    "Token ids of a completion request's single prompt."
+def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
+    "A completion request's prompts: one text or token-id list, or a list of them."
     p = req.prompt
-    if isinstance(p, list) and p and isinstance(p[0], (str, list)):
-        if len(p) != 1: raise OpenAIError("a list of several prompts is not supported: send one request per prompt", param="prompt")
-        p = p[0]
-    if isinstance(p, str):
-        if tokenizer is None: raise OpenAIError("this model has no tokenizer: send token ids", param="prompt")
-        p = tokenizer(p).input_ids
-    if not p: raise OpenAIError("the prompt is empty", param="prompt")
-    return p
+    return p if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
+
+def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
+    "Token ids of each of a completion request's prompts."
+    out = []
+    for p in prompt_list(req):
+        if isinstance(p, str):
+            if tokenizer is None: raise OpenAIError("this model has no tokenizer: send token ids", param="prompt")
+            p = tokenizer(p).input_ids
+        if not p: raise OpenAIError("the prompt is empty", param="prompt")
+        out.append(p)
+    return out
 
 def message_text(m: ChatMessage) -> str:
     if not isinstance(m.content, list): return m.content or ""
@@ -169,14 +173,14 @@ def message_text(m: ChatMessage) -> str:
         raise OpenAIError("only text content parts are supported", param="messages")
     return "\n".join(part.text for part in m.content)
 
-def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[int]:
-    "Token ids of a chat: the messages rendered by the chat template, ready for the assistant's turn."
+def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
+    "Token ids of a chat (its one prompt): the messages rendered by the chat template, ready for the assistant's turn."
     if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
     if tokenizer is None or not tokenizer.chat_template: raise OpenAIError("this model has no chat template", param="messages")
     msgs = [{"role": m.role, "content": message_text(m)} | ({"name": m.name} if m.name else {}) for m in req.messages]
     try: text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **(req.chat_template_kwargs or {}))
     except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
-    return tokenizer(text, add_special_tokens=False).input_ids
+    return [tokenizer(text, add_special_tokens=False).input_ids]
 
 # %% ../nbs/17_server.ipynb #c020
 @dataclass(frozen=True)
@@ -375,18 +379,21 @@ async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIte
         sent_text, sent_ids = end, len(c.token_ids)
 
 # %% ../nbs/17_server.ipynb #c037
-def usage(out: RequestOutput) -> dict:
-    p, c = len(out.prompt_token_ids), len(out.outputs[0].token_ids)
+def usage(outs: list[RequestOutput], n: int = 1) -> dict:
+    "The token counts of a response's choices (in order): each prompt once (its `n` choices share it), every completion."
+    p, c = sum(len(o.prompt_token_ids) for o in outs[::n]), sum(len(o.outputs[0].token_ids) for o in outs)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 def response_head(rid: str, model: str, obj: str) -> dict:
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model}
 
-def completion_choice(text: str, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None) -> dict:
-    return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
+def completion_choice(text: str, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None,
+                      index: int = 0) -> dict:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
 
-def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None) -> dict:
-    return {"index": 0, key: message, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
+def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None,
+                index: int = 0) -> dict:
+    return {"index": index, key: message, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
 
 def sse(obj: dict | str) -> str: return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -426,38 +433,73 @@ def choice_logprobs(req: SamplingRequest, out: RequestOutput, start: int = 0, of
     if echo: ids, entries = out.prompt_token_ids + ids, out.prompt_logprobs + entries
     return completion_logprobs(ids, entries, offset, tokenizer)
 
-def echo_text(req: CompletionRequest, tokenizer) -> str | None:
-    "What an `echo` request's text starts with: its prompt as sent, or its token ids decoded; `None` without echo."
-    if not req.echo: return None
-    p = req.prompt[0] if isinstance(req.prompt, list) and req.prompt and isinstance(req.prompt[0], (str, list)) else req.prompt
-    if isinstance(p, str): return p
-    return tokenizer.decode(p) if tokenizer is not None else ""
+def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
+    "What an `echo` request's choices start with, per prompt: the prompt as sent, or its token ids decoded."
+    if not getattr(req, "echo", None): return None
+    return [p if isinstance(p, str) else tokenizer.decode(p) if tokenizer is not None else "" for p in prompt_list(req)]
 
 # %% ../nbs/17_server.ipynb #c040
-async def stream_events(stream: RequestStream, params: SamplingParams, req: SamplingRequest, head: dict,
-                        echo: str | None = None, tokenizer=None) -> AsyncIterator[str]:
-    "The SSE events of a streaming response, ending with `data: [DONE]` (`echo`: the text before the first chunk's)."
-    chat, ids = head["object"] == "chat.completion.chunk", bool(req.return_token_ids)
-    out, first, offset = None, True, 0
+@dataclass
+class Choice:
+    "One completion of a response: its index, its prompt's, and the engine request that makes it."
+    index: int
+    prompt: int
+    params: SamplingParams
+    stream: RequestStream
+
+async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
+    "The items of several async iterators as they come; an error in one is raised here; leaving early cancels them all."
+    queue, end = asyncio.Queue(), object()
+    async def pump(it):
+        try:
+            async for x in it: queue.put_nowait((x, None))
+        except Exception as e: queue.put_nowait((end, e))
+        else: queue.put_nowait((end, None))
+    tasks = [asyncio.ensure_future(pump(it)) for it in iterators]
     try:
-        if chat: yield sse(head | {"choices": [chat_choice("delta", {"role": "assistant", "content": ""}, None, [] if ids else None)]})
-        async for text, start, out in text_deltas(stream, params):
-            c = out.outputs[0]
-            reason = c.finish_reason if out.finished else None
+        for _ in tasks:
+            while (item := await queue.get())[0] is not end: yield item[0]
+            if item[1] is not None: raise item[1]
+    finally:
+        for t in tasks: t.cancel()
+
+async def choice_events(c: Choice, req: SamplingRequest, chat: bool, echo: str | None, tokenizer,
+                        last: dict[int, RequestOutput]) -> AsyncIterator[tuple[dict, RequestOutput | None]]:
+    "One choice's chunk entries and outputs (`echo`: the text its first starts with); its latest output goes in `last`."
+    ids, first, offset = bool(req.return_token_ids), True, 0
+    try:
+        if chat: yield chat_choice("delta", {"role": "assistant", "content": ""}, None, [] if ids else None, index=c.index), None
+        async for text, start, out in text_deltas(c.stream, c.params):
+            last[c.index], o = out, out.outputs[0]
+            reason = o.finish_reason if out.finished else None
             echo_now = echo is not None and first                # the prompt goes first, with its logprobs
             if echo_now: text = echo + text
-            lps = choice_logprobs(req, out, start, offset, echo_now, tokenizer) if len(c.token_ids) > start or echo_now else None
+            lps = choice_logprobs(req, out, start, offset, echo_now, tokenizer) if len(o.token_ids) > start or echo_now else None
             if not (text or reason or ids or lps): continue
-            tids = c.token_ids[start:] if ids else None
-            choice = chat_choice("delta", {"content": text} if text else {}, reason, tids, lps) if chat else completion_choice(text, reason, tids, lps)
-            yield sse(head | {"choices": [choice]} | ({"prompt_token_ids": out.prompt_token_ids} if ids and first else {}))
+            tids = o.token_ids[start:] if ids else None
+            if chat: yield chat_choice("delta", {"content": text} if text else {}, reason, tids, lps, c.index), out
+            else: yield completion_choice(text, reason, tids, lps, c.index) | (
+                {"prompt_token_ids": out.prompt_token_ids} if ids and first else {}), out
             first = False
             if lps and not chat: offset += sum(map(len, lps["tokens"]))
-        if req.stream_options and req.stream_options.include_usage and out is not None:
-            yield sse(head | {"choices": [], "usage": usage(out)})
+    finally: c.stream.abort()
+
+async def stream_events(choices: list[Choice], req: SamplingRequest, head: dict, echoes: list[str] | None = None,
+                        tokenizer=None) -> AsyncIterator[str]:
+    "The SSE events of a streaming response: its choices' chunks as they come, then `data: [DONE]`."
+    chat, last = head["object"] == "chat.completion.chunk", {}
+    prompt_ids = chat and bool(req.return_token_ids)  # a chat's prompt ids go with its first chunk that has an output
+    try:
+        events = merged([choice_events(c, req, chat, echoes[c.prompt] if echoes else None, tokenizer, last) for c in choices])
+        async for choice, out in events:
+            yield sse(head | {"choices": [choice]} | ({"prompt_token_ids": out.prompt_token_ids} if prompt_ids and out else {}))
+            prompt_ids = prompt_ids and out is None
+        if req.stream_options and req.stream_options.include_usage and len(last) == len(choices):
+            yield sse(head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)})
     except EngineError as e:
         yield sse(OpenAIError(str(e), 500, "engine_error", type="server_error").body())
-    finally: stream.abort()
+    finally:
+        for c in choices: c.stream.abort()
     yield sse("[DONE]")
 
 # %% ../nbs/17_server.ipynb #c041
@@ -465,17 +507,18 @@ async def wait_disconnect(request: Request) -> None:
     "Return when the client has closed the connection (the body must have been read)."
     while (await request.receive())["type"] != "http.disconnect": pass
 
-async def final_output(stream: RequestStream, request: Request) -> RequestOutput:
-    "The last output of a request; aborts it if the client disconnects first."
-    async def last():
+async def final_outputs(choices: list[Choice], request: Request) -> list[RequestOutput]:
+    "The last output of each choice; all are aborted if the client disconnects first (or one of them fails)."
+    async def last(stream: RequestStream) -> RequestOutput:
         async for out in stream: pass
         return out
-    done, gone = asyncio.ensure_future(last()), asyncio.ensure_future(wait_disconnect(request))
+    tasks = [asyncio.ensure_future(last(c.stream)) for c in choices]
+    done, gone = asyncio.gather(*tasks), asyncio.ensure_future(wait_disconnect(request))
     try: await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not done.done(): done.cancel(); stream.abort()
-    if done.cancelled() or not done.done(): raise OpenAIError("the client disconnected", 499, "client_disconnected")
+        for t, c in zip(tasks, choices): t.cancel(); c.stream.abort()  # (nothing, for those that finished)
+    if not done.done() or done.cancelled(): raise OpenAIError("the client disconnected", 499, "client_disconnected")
     return done.result()
 
 # %% ../nbs/17_server.ipynb #c043
@@ -517,52 +560,60 @@ def check_model(st: ServerState, model: str | None) -> str:
     raise OpenAIError(f"The model {model!r} does not exist; this server serves {st.model_names}", 404, "model_not_found", "model")
 
 # %% ../nbs/17_server.ipynb #c046
-async def submit(request: Request, cls: type[SamplingRequest], prompt_ids, prefix: str):
-    "Validate, tokenize and add a request; returns `(request, model name, params, stream, request id)`."
+async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefix: str):
+    "Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model name, choices, request id)`."
     st = server_state(request)
     req = parse_request(cls, await read_body(request, st.max_body_bytes))
     model = check_model(st, req.model)
-    try: ids = await run_in_threadpool(prompt_ids, req, st.tokenizer)
+    try: prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
     except OpenAIError: raise
     except Exception as e: raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
-    params = sampling_params(req, len(ids), st.engine.max_model_len)
-    rid = f"{prefix}-{uuid.uuid4().hex}"
-    try: stream = await st.engine.add_request(rid, ids, params)
-    except ValueError as e: raise OpenAIError(str(e), param="prompt") from None
-    except EngineError as e: raise OpenAIError(str(e), 503, "engine_unavailable", type="server_error") from None
-    return req, model, params, stream, rid
+    params = [sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts]  # every prompt checked first
+    rid, n, choices = f"{prefix}-{uuid.uuid4().hex}", req.n or 1, []
+    try:
+        for i, (ids, p) in enumerate(zip(prompts, params)):
+            for j in range(n):  # with a seed, choice j draws with seed + j (as vLLM does): n different samples
+                p_j = replace(p, seed=p.seed + j) if p.seed is not None and j else p
+                choices.append(Choice(len(choices), i, p_j, await st.engine.add_request(f"{rid}-{len(choices)}", ids, p_j)))
+    except BaseException as e:
+        abort_all(choices)
+        if isinstance(e, ValueError): raise OpenAIError(str(e), param="prompt") from None
+        if isinstance(e, EngineError): raise OpenAIError(str(e), 503, "engine_unavailable", type="server_error") from None
+        raise
+    return req, model, choices, rid
 
-def event_stream(events: AsyncIterator[str], stream: RequestStream) -> StreamingResponse:
-    "SSE response; the background task aborts the request even if the events never started."
+def abort_all(choices: list[Choice]) -> None:
+    for c in choices: c.stream.abort()
+
+def event_stream(events: AsyncIterator[str], choices: list[Choice]) -> StreamingResponse:
+    "SSE response; the background task aborts the requests even if the events never started."
     return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
-                             background=BackgroundTask(stream.abort))
+                             background=BackgroundTask(abort_all, choices))
 
 # %% ../nbs/17_server.ipynb #c047
 async def completions(request: Request):
-    req, model, params, stream, rid = await submit(request, CompletionRequest, completion_prompt, "cmpl")
-    tokenizer = server_state(request).tokenizer
-    echo = echo_text(req, tokenizer)
-    if req.stream:
-        head = response_head(rid, model, "text_completion")
-        return event_stream(stream_events(stream, params, req, head, echo, tokenizer), stream)
-    out = await final_output(stream, request)
-    c, ids = out.outputs[0], req.return_token_ids
-    lps = choice_logprobs(req, out, echo=echo is not None, tokenizer=tokenizer)
-    return JSONResponse(response_head(rid, model, "text_completion") | {
-        "choices": [completion_choice((echo or "") + c.text, c.finish_reason, c.token_ids if ids else None, lps)],
-        "usage": usage(out)}
-        | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
+    req, model, choices, rid = await submit(request, CompletionRequest, completion_prompts, "cmpl")
+    tokenizer, head = server_state(request).tokenizer, response_head(rid, model, "text_completion")
+    echoes = echo_texts(req, tokenizer)
+    if req.stream: return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
+    outs, ids = await final_outputs(choices, request), req.return_token_ids
+    def choice(c: Choice, out: RequestOutput) -> dict:
+        o, lps = out.outputs[0], choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer)
+        return completion_choice((echoes[c.prompt] if echoes else "") + o.text, o.finish_reason, o.token_ids if ids else None,
+                                 lps, c.index) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
+    return JSONResponse(head | {"choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)})
 
 async def chat_completions(request: Request):
-    req, model, params, stream, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl")
-    if req.stream: return event_stream(stream_events(stream, params, req, response_head(rid, model, "chat.completion.chunk")), stream)
-    out = await final_output(stream, request)
-    c, ids = out.outputs[0], req.return_token_ids
-    message = {"role": "assistant", "content": c.text}
+    req, model, choices, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl")
+    if req.stream: return event_stream(stream_events(choices, req, response_head(rid, model, "chat.completion.chunk")), choices)
+    outs, ids = await final_outputs(choices, request), req.return_token_ids
+    def choice(c: Choice, out: RequestOutput) -> dict:
+        o = out.outputs[0]
+        return chat_choice("message", {"role": "assistant", "content": o.text}, o.finish_reason, o.token_ids if ids else None,
+                           choice_logprobs(req, out), c.index)
     return JSONResponse(response_head(rid, model, "chat.completion") | {
-        "choices": [chat_choice("message", message, c.finish_reason, c.token_ids if ids else None, choice_logprobs(req, out))],
-        "usage": usage(out)}
-        | ({"prompt_token_ids": out.prompt_token_ids} if ids else {}))
+        "choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)}
+        | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {}))
 
 # %% ../nbs/17_server.ipynb #c049
 def prometheus_text(s: EngineStats, model: str) -> str:

@@ -58,7 +58,7 @@ def test_completions_equal_llm_generate(llm, client):
                                       extra_body={"ignore_eos": True, "return_token_ids": True})
         c = r.choices[0]
         assert (c.text, c.token_ids, c.finish_reason) == (ref.outputs[0].text, ref.outputs[0].token_ids, "length")
-        assert r.prompt_token_ids == ref.prompt_token_ids
+        assert c.prompt_token_ids == ref.prompt_token_ids   # (per choice, as vLLM's completions)
         assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ref.prompt_token_ids), 12)
 
 
@@ -146,6 +146,31 @@ def test_echo_with_logprobs_scores_the_prompt(llm, client):
     assert ids_prompt.choices[0].text.startswith(tok.decode(ref.prompt_token_ids)) and ids_prompt.choices[0].logprobs is None
 
 
+def test_several_prompts_and_n_choices(llm, client):
+    """A list of prompts and `n` give choice `i·n + j` for prompt `i`: greedy ones equal `LLM.generate`; seeded
+    samples use seed + j, so the `n` differ; usage counts each prompt once; streamed choices add up alike."""
+    refs = llm.generate(PROMPTS[:2], greedy(6, ignore_eos=True), use_tqdm=False)
+    kw = dict(model="tiny", prompt=PROMPTS[:2], max_tokens=6, temperature=0, n=2, extra_body={"ignore_eos": True})
+    r = client.completions.create(**kw)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert [c.text for c in r.choices] == [ref.outputs[0].text for ref in refs for _ in range(2)]
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (sum(len(x.prompt_token_ids) for x in refs), 24)
+    texts = {}
+    for ch in client.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
+        for c in ch.choices: texts[c.index] = texts.get(c.index, "") + c.text
+        if ch.usage: assert ch.usage.completion_tokens == 24
+    assert texts == {c.index: c.text for c in r.choices}
+    seeded = dict(model="tiny", prompt=PROMPTS[1], max_tokens=8, temperature=1.0, seed=77, extra_body={"ignore_eos": True})
+    three = [c.text for c in client.completions.create(**seeded, n=3).choices]
+    alone = [llm.generate(PROMPTS[1], SamplingParams(temperature=1.0, seed=77 + j, max_tokens=8, ignore_eos=True),
+                          use_tqdm=False)[0].outputs[0].text for j in range(3)]
+    assert three == alone and len(set(three)) == 3
+    chat = client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=4, temperature=1.0, seed=5, n=2,
+                                          stream=True, extra_body={"ignore_eos": True})
+    roles = [c.index for ch in chat for c in ch.choices if c.delta.role == "assistant"]
+    assert sorted(roles) == [0, 1]
+
+
 def test_chat_logprobs(llm, client):
     "Chat logprobs: each token's text, logprob and bytes, and its `top_logprobs` likeliest tokens, streamed and not."
     ref = llm.generate(chat_text(llm, CHAT[0]), greedy(6, ignore_eos=True, logprobs=2), use_tqdm=False)[0].outputs[0]
@@ -216,8 +241,8 @@ def test_api_key_required(server):
 def test_errors_through_the_sdk(client):
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt="hi", max_tokens=1)
-    with pytest.raises(openai.BadRequestError, match="n=2 is not supported"):
-        client.completions.create(model="tiny", prompt="hi", max_tokens=1, n=2)
+    with pytest.raises(openai.BadRequestError, match="best_of=2 is not supported"):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=1, best_of=2)
     with pytest.raises(openai.BadRequestError, match="maximum context length is 512"):
         client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=600)
 
