@@ -202,10 +202,10 @@ def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> tuple
     runner, bm = engine.runner, engine.block_manager
     seqs = [Sequence(p, SamplingParams(temperature=0), engine.config.block_size) for p in prompts]
     for s in seqs: bm.allocate(s)
-    preds, gaps = ([[x] for x in xs] for xs in top1_and_gap(runner.logits(runner.prepare_prefill(ScheduledBatch(seqs, True)))))
+    preds, gaps = ([[x] for x in xs] for xs in top1_and_gap(runner.logits(runner.prepare_prefill(ScheduledBatch(seqs, True)))[0]))
     for t in range(len(forced[0]) - 1):
         for s, f in zip(seqs, forced): s.append(f[t]); bm.may_append(s)
-        for p, g, x, y in zip(preds, gaps, *top1_and_gap(runner.logits(runner.prepare_decode(ScheduledBatch(seqs, False))))):
+        for p, g, x, y in zip(preds, gaps, *top1_and_gap(runner.logits(runner.prepare_decode(ScheduledBatch(seqs, False)))[0])):
             p.append(x); g.append(y)
     for s in seqs: bm.deallocate(s)
     return preds, gaps

@@ -107,6 +107,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs,
                                    max(config.max_num_batched_tokens, self.max_model_len), self.max_model_len,
                                    self._eos_ids())
+        self.runner.stop_token_ids = self._eos_ids()
         self.requests: dict[str, Request] = {}
         self._token_texts: dict[int, str] = {}       # token id -> its text, for logprobs
         self._by_seq: dict[int, Request] = {}
@@ -163,6 +164,8 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
     if not ids: raise ValueError("the prompt is empty")
     if any(not 0 <= t < self.model_config.vocab_size for t in ids):
         raise ValueError(f"prompt token ids must be in [0, {self.model_config.vocab_size})")
+    if any(not 0 <= t < self.model_config.vocab_size for t in [*params.logit_bias, *params.stop_token_ids]):
+        raise ValueError(f"logit_bias and stop_token_ids token ids must be in [0, {self.model_config.vocab_size})")
     if len(ids) >= self.max_model_len:
         raise ValueError(f"prompt of {len(ids)} tokens is too long: max_model_len is {self.max_model_len}, "
                          f"which must leave room for at least one new token")

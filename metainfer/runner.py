@@ -14,7 +14,7 @@ from .config import EngineConfig, ModelConfig
 from .distributed import ParallelInfo, get_tp
 from .attention import KVPool, AttentionMetadata, make_metadata, to_device, BATCH_BUCKETS, batch_bucket
 from .loader import load_weights
-from .sampler import sample, token_logprobs
+from .sampler import sample, token_logprobs, apply_penalties
 from .sequence import SamplingParams
 from .scheduler import ScheduledBatch
 
@@ -26,10 +26,10 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
     log.setLevel(logging.INFO)
 
 # %% auto #0
-__all__ = ['log', 'MODEL_CLASSES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_class', 'resolve_device', 'resolve_dtype',
-           'default_dtype', 'select_kernels', 'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill',
-           'prepare_decode', 'sampling_tensors', 'last_step_ids', 'fill_pending', 'execute', 'logits', 'LaunchedStep',
-           'launch', 'step_logprobs', 'run', 'prompt_logprobs', 'DecodeGraphs']
+__all__ = ['log', 'MODEL_CLASSES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'SCORE_CHUNK', 'model_class', 'resolve_device',
+           'resolve_dtype', 'default_dtype', 'select_kernels', 'kv_block_budget', 'ModelRunner', 'StepInput',
+           'prepare_prefill', 'prepare_decode', 'sampling_tensors', 'last_step_ids', 'fill_pending', 'execute',
+           'score_rows', 'logits', 'LaunchedStep', 'launch', 'step_logprobs', 'run', 'adjusted_logits', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -145,6 +145,7 @@ class ModelRunner:
         self._allocate_kv_pool(max_model_len)
         self.graphs = None
         self.last_token_ids, self.last_rows = None, {}  # rank 0: the last launched step's sampled ids, row by sequence
+        self.stop_token_ids: tuple[int, ...] = ()        # the end-of-sequence ids `min_tokens` holds back (the engine's)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = DecodeGraphs(self, min(config.max_num_seqs, 512))
 
@@ -186,17 +187,19 @@ class StepInput:
     query_lens: list[int]           # new tokens per sequence
     pending: tuple[list[int], list[int], int] | None = None  # ids still on the device: (rows, their rows in the
                                                               # last step's sampled ids, that step's batch size)
-    logit_rows: list[int] | None = None  # the tokens whose logits the step computes; `None`: each sequence's last
+    scored: tuple[list[int], list[int], int] | None = None  # prompt tokens to score: (the rows before them, their ids,
+                                                            # how many likeliest tokens to give at each)
 
 def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
     seqs = batch.seqs
     assert not any(s.num_pending for s in seqs), "a prefill needs every token"
-    query_lens, rows = [len(s) - s.num_cached_tokens for s in seqs], None
-    if any(s.prompt_logprobs_due for s in seqs):  # their every prompt token's logits (to score the token after it)
-        rows = [r for s, q, end in zip(seqs, query_lens, accumulate(query_lens))
-                for r in (range(end - q, end) if s.prompt_logprobs_due else [end - 1])]
+    query_lens, scored = [len(s) - s.num_cached_tokens for s in seqs], None
+    if due := [(s, end - q) for s, q, end in zip(seqs, query_lens, accumulate(query_lens)) if s.prompt_logprobs_due]:
+        scored = ([r for s, start in due for r in range(start, start + s.num_prompt_tokens - 1)],  # row j scores token
+                  [t for s, _ in due for t in s.token_ids[1:s.num_prompt_tokens]],                 # j + 1 (no cache hits:
+                  max(s.params.prompt_logprobs for s, _ in due))                                   # row 0 is token 0)
     return StepInput(True, [t for s in seqs for t in s.token_ids[s.num_cached_tokens:]], [s.block_table for s in seqs],
-                     [len(s) for s in seqs], query_lens, logit_rows=rows)
+                     [len(s) for s in seqs], query_lens, scored=scored)
 
 def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
     seqs, rows, last_rows = batch.seqs, [], []
@@ -236,22 +239,37 @@ def fill_pending(ids: Tensor, pending: tuple[list[int], list[int], int], last_id
         ids[idx[0]] = last_ids[idx[1]]
 
 @torch.inference_mode()
-def execute(self: ModelRunner, step: StepInput) -> Tensor:
-    "Run the model on one step; every rank calls this. Returns the logits of each sequence's last token."
+def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+    """Run the model on one step; every rank calls this. Returns the logits of each sequence's last token, and on rank 0
+    the `token_logprobs` of the step's `scored` prompt tokens (if any)."""
     last_ids = self.last_step_ids(step)
     if self.graphs is not None and not step.is_prefill and len(step.input_ids) <= self.graphs.max_batch:
-        return self.graphs.replay(step, last_ids)
+        return self.graphs.replay(step, last_ids), None
     positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.block_size,
                                     step.is_prefill, self.device)
     if not step.is_prefill: meta.max_seqlen_k = self.max_model_len  # as in the graphs: the same splits, the same sums
     ids = to_device(torch.tensor(step.input_ids), self.device)
     if last_ids is not None: fill_pending(ids, step.pending, last_ids)
     hidden = self.model(ids, positions, meta)
-    rows = meta.cu_seqlens_q[1:].long() - 1 if step.logit_rows is None else to_device(torch.tensor(step.logit_rows), self.device)
-    return self.model.compute_logits(hidden[rows])
+    logits = self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
+    return logits, self.score_rows(hidden, *step.scored) if step.scored else None
 
-def logits(self: ModelRunner, step: StepInput) -> Tensor:
-    "Rank 0: run `step` on every rank (sending it to the workers) and return the logits."
+SCORE_CHUNK = 256  # prompt tokens scored at a time: their logits, [256, vocab], are the largest tensors of a scoring
+
+def score_rows(self: ModelRunner, hidden: Tensor, rows: list[int], targets: list[int], k: int) -> tuple[Tensor, ...] | None:
+    """Rank 0: `token_logprobs` of `targets` at `hidden[rows]`, the LM head run on `SCORE_CHUNK` rows at a time, so
+    that no `[rows, vocab]` tensor exists. Every rank runs the head (it gathers the vocabulary); the others get `None`."""
+    parts, t = [], lambda xs: to_device(torch.tensor(xs, dtype=torch.long), hidden.device)
+    for a in range(0, len(rows), SCORE_CHUNK):
+        logits = self.model.compute_logits(hidden[t(rows[a:a + SCORE_CHUNK])])
+        if self.tp.rank == 0: parts.append(token_logprobs(logits, t(targets[a:a + SCORE_CHUNK]), k))
+    if self.tp.rank: return None
+    if not parts: return tuple(torch.empty(0, *s, dtype=d, device=hidden.device)  # (one-token prompts only)
+                               for s, d in (((), torch.float), ((), torch.long), ((k,), torch.float), ((k,), torch.long)))
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+def logits(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+    "Rank 0: run `step` on every rank (sending it to the workers); its logits and scores, as `execute` returns them."
     if self.tp.size > 1: self.tp.control.send(step)
     return self.execute(step)
 
@@ -294,10 +312,12 @@ def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
     "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
     started = time.perf_counter()
     step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
-    logits, params, prompt_lps = self.logits(step), [s.params for s in batch.seqs], None
-    if step.logit_rows is not None: logits, prompt_lps = self.prompt_logprobs(batch, step, logits)
-    if all(p.greedy for p in params): ids = logits.argmax(-1)
-    else: ids = sample(logits, *self.sampling_tensors(batch), filtered=any(p.top_k > 0 or p.top_p < 1 for p in params))
+    (logits, scores), params, prompt_lps = self.logits(step), [s.params for s in batch.seqs], None
+    if scores is not None:  # each asking sequence's prompt tokens after the first, in order
+        prompt_lps = ([(i, q - 1) for i, (s, q) in enumerate(zip(batch.seqs, step.query_lens)) if s.prompt_logprobs_due], scores)
+    drawn_from = self.adjusted_logits(batch, logits) if any(p.adjusts_logits for p in params) else logits
+    if all(p.greedy for p in params): ids = drawn_from.argmax(-1)
+    else: ids = sample(drawn_from, *self.sampling_tensors(batch), filtered=any(p.top_k > 0 or p.top_p < 1 for p in params))
     self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(batch.seqs)}
     return LaunchedStep(batch, ids, started, self.step_logprobs(logits, ids, params), prompt_lps)
 
@@ -314,22 +334,42 @@ def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     return self.launch(batch).token_ids()
 
 ModelRunner.sampling_tensors, ModelRunner.last_step_ids, ModelRunner.execute = sampling_tensors, last_step_ids, execute
-def prompt_logprobs(self: ModelRunner, batch: ScheduledBatch, step: StepInput,
-                    logits: Tensor) -> tuple[Tensor, tuple[list[tuple[int, int]], tuple[Tensor, ...]]]:
-    """The logits of a prefill that kept whole prompts' rows, split: each sequence's last row (to sample from), and
-    `token_logprobs` of the prompt tokens after the first of the sequences that asked, with `[(row, tokens)]`."""
-    last, scored, targets, counts, at = [], [], [], [], 0
-    for i, (s, q) in enumerate(zip(batch.seqs, step.query_lens)):
-        if s.prompt_logprobs_due:  # row j of its prompt predicts token j + 1
-            scored += range(at, at + q - 1); targets += s.token_ids[1:q]; counts.append((i, q - 1))
-        at += q if s.prompt_logprobs_due else 1
-        last.append(at - 1)
-    k = max(s.params.prompt_logprobs for s in batch.seqs if s.prompt_logprobs_due)
-    t = lambda xs: to_device(torch.tensor(xs, dtype=torch.long), logits.device)
-    return logits[t(last)], (counts, token_logprobs(logits[t(scored)], t(targets), k))
+def adjusted_logits(self: ModelRunner, batch: ScheduledBatch, logits: Tensor) -> Tensor:
+    """A float32 copy of `logits` (one row per sequence) with each asking row's logit bias, `min_tokens` (its stop
+    tokens held back) and penalties. A token still on the device (the last step's) counts through `last_token_ids`."""
+    rows = [i for i, s in enumerate(batch.seqs) if s.params.adjusts_logits]
+    seqs, V, dev = [batch.seqs[i] for i in rows], logits.shape[-1], logits.device
+    t = lambda xs, dtype=torch.long: to_device(torch.tensor(xs, dtype=dtype), dev)
+    x = logits.to(torch.float32, copy=True)
+    sub = x[t(rows)]
+    if bias := [(j, tok, b) for j, s in enumerate(seqs) for tok, b in s.params.logit_bias.items()]:
+        j, tok, b = zip(*bias)
+        sub.index_put_((t(j), t(tok)), t(b, torch.float32), accumulate=True)
+    if early := [(j, tok) for j, s in enumerate(seqs) if len(s.token_ids) - s.num_prompt_tokens < s.params.min_tokens
+                 for tok in (*s.params.stop_token_ids, *(() if s.params.ignore_eos else self.stop_token_ids))]:
+        j, tok = zip(*early)
+        sub[t(j), t(tok)] = float("-inf")
+    pen = [j for j, s in enumerate(seqs) if s.params.presence_penalty or s.params.frequency_penalty
+           or s.params.repetition_penalty != 1]
+    if pen:
+        counts, prompt = torch.zeros(len(pen), V, device=dev), torch.zeros(len(pen), V, dtype=torch.bool, device=dev)
+        seen = [(i, tok) for i, j in enumerate(pen) for tok in seqs[j].token_ids[seqs[j].num_prompt_tokens:seqs[j].num_known]]
+        if seen: counts.index_put_(tuple(map(t, zip(*seen))), torch.ones(len(seen), device=dev), accumulate=True)
+        if pending := [(i, self.last_rows[seqs[j].seq_id]) for i, j in enumerate(pen) if seqs[j].num_pending]:
+            assert all(seqs[j].num_pending == 1 for j in pen), "one step in flight at most"
+            i, last = map(t, zip(*pending))
+            counts.index_put_((i, self.last_token_ids[last]), torch.ones(len(pending), device=dev), accumulate=True)
+        i, tok = zip(*[(i, tok) for i, j in enumerate(pen) for tok in seqs[j].token_ids[:seqs[j].num_prompt_tokens]])
+        prompt[t(i), t(tok)] = True
+        ps = [seqs[j].params for j in pen]
+        f = lambda name: t([getattr(p, name) for p in ps], torch.float32)
+        sub[t(pen)] = apply_penalties(sub[t(pen)], prompt, counts, f("presence_penalty"), f("frequency_penalty"),
+                                      f("repetition_penalty"))
+    x[t(rows)] = sub
+    return x
 
 ModelRunner.logits, ModelRunner.launch, ModelRunner.step_logprobs, ModelRunner.run = logits, launch, step_logprobs, run
-ModelRunner.prompt_logprobs = prompt_logprobs
+ModelRunner.score_rows, ModelRunner.adjusted_logits = score_rows, adjusted_logits
 
 # %% ../nbs/13_runner.ipynb #c021
 class DecodeGraphs:

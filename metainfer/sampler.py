@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['top_k_top_p_mask', 'sample', 'token_logprobs']
+__all__ = ['top_k_top_p_mask', 'sample', 'token_logprobs', 'apply_penalties']
 
 # %% ../nbs/12_sampler.ipynb #c004
 def top_k_top_p_mask(logits: Tensor, top_k: Tensor, top_p: Tensor) -> Tensor:
@@ -46,3 +46,14 @@ def token_logprobs(logits: Tensor, ids: Tensor, k: int) -> tuple[Tensor, Tensor,
     rank = (lp >= chosen).sum(-1)
     top = lp.topk(k, -1)
     return chosen[:, 0], rank, top.values, top.indices
+
+# %% ../nbs/12_sampler.ipynb #803c7b98
+def apply_penalties(logits: Tensor,        # [B, V] float32
+                    prompt_mask: Tensor,   # [B, V] bool: the token is in the prompt
+                    counts: Tensor,        # [B, V]: how many times the completion so far holds the token
+                    presence: Tensor, frequency: Tensor, repetition: Tensor) -> Tensor:  # [B] each
+    "`logits` with each row's repetition, frequency and presence penalties."
+    seen = prompt_mask | (counts > 0)
+    r = repetition[:, None]
+    logits = torch.where(seen, torch.where(logits > 0, logits / r, logits * r), logits)
+    return logits - frequency[:, None] * counts - presence[:, None] * (counts > 0)

@@ -31,6 +31,11 @@ class SamplingParams:
     ignore_eos: bool = False            # keep going past the end-of-sequence token
     logprobs: int | None = None         # the log-probability of each new token and of the k likeliest at its place
     prompt_logprobs: int | None = None  # the same for each prompt token after the first (computed without cache hits)
+    presence_penalty: float = 0.0       # subtracted once from the logit of every token the completion holds
+    frequency_penalty: float = 0.0      # subtracted from a token's logit once per time the completion holds it
+    repetition_penalty: float = 1.0     # divides positive (multiplies negative) logits of tokens in prompt or completion
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    min_tokens: int = 0                 # no end-of-sequence or stop token before this many completion tokens
 
     def __post_init__(self):
         if isinstance(self.stop, str): self.stop = [self.stop]
@@ -43,6 +48,19 @@ class SamplingParams:
         for name in ("logprobs", "prompt_logprobs"):
             if (k := getattr(self, name)) is not None and not 0 <= k <= MAX_LOGPROBS:
                 raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {k}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2: raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty < float("inf"):
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if any(not -100 <= b <= 100 for b in self.logit_bias.values()): raise ValueError("logit_bias values must be in [-100, 100]")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+
+    @property
+    def adjusts_logits(self) -> bool:
+        "Whether sampling starts from adjusted logits: penalties, a logit bias or a minimum length."
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1 or self.logit_bias
+                    or self.min_tokens)
 
     @property
     def greedy(self) -> bool: return self.temperature == 0

@@ -21,15 +21,16 @@ from .engine import LLMEngine, RequestOutput, CompletionOutput, Logprob
 from .sequence import SamplingParams
 
 # %% auto #0
-__all__ = ['INT64', 'ACCEPTED', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'CompletionRequest',
-           'ContentPart', 'ChatMessage', 'ChatCompletionRequest', 'parse_request', 'unsupported', 'sampling_params',
-           'prompt_list', 'completion_prompts', 'message_text', 'chat_prompt', 'EngineStats', 'Add', 'Abort',
-           'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage', 'response_head',
-           'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs', 'choice_logprobs',
-           'echo_texts', 'Choice', 'merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs',
-           'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'abort_all',
-           'event_stream', 'completions', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models',
-           'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+__all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest',
+           'CompletionRequest', 'ContentPart', 'ChatMessage', 'ChatCompletionRequest', 'parse_request', 'unsupported',
+           'sampling_params', 'prompt_list', 'completion_prompts', 'message_text', 'chat_prompt', 'EngineStats', 'Add',
+           'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage',
+           'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs',
+           'choice_logprobs', 'echo_texts', 'Choice', 'merged', 'choice_events', 'stream_events', 'wait_disconnect',
+           'final_outputs', 'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'submit',
+           'abort_all', 'event_stream', 'completions', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health',
+           'models', 'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread',
+           'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -70,7 +71,9 @@ class SamplingRequest(OpenAIModel):
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias
+    repetition_penalty: float | None = None     # vLLM's
+    min_tokens: int | None = Field(None, ge=0)  # vLLM's
     return_token_ids: bool | None = None   # vLLM: add prompt and completion token ids to the response
     user: str | None = None
 
@@ -116,8 +119,7 @@ def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
 # %% ../nbs/17_server.ipynb #c013
 def unsupported(req: SamplingRequest) -> str | None:
     "The first field asking for a feature this server doesn't implement, if any."
-    checks = {"presence_penalty": bool(req.presence_penalty), "frequency_penalty": bool(req.frequency_penalty),
-              "logit_bias": bool(req.logit_bias)}
+    checks = {}
     if isinstance(req, CompletionRequest):
         checks |= {"suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
     if isinstance(req, ChatCompletionRequest):
@@ -144,9 +146,13 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
         raise OpenAIError("top_logprobs needs logprobs: true", param="top_logprobs")
     logprobs = ((req.top_logprobs or 0) if req.logprobs else None) if chat else req.logprobs
     prompt_logprobs = logprobs if not chat and req.echo else None   # an echoed prompt comes with its logprobs
+    try: bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
+    except ValueError: raise OpenAIError("logit_bias keys must be token ids", param="logit_bias") from None
     given = {k: v for k, v in dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
                                    stop=req.stop, stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos,
-                                   logprobs=logprobs, prompt_logprobs=prompt_logprobs).items() if v is not None}
+                                   logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
+                                   frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+                                   logit_bias=bias, min_tokens=req.min_tokens).items() if v is not None}
     try: return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
     except ValueError as e: raise OpenAIError(str(e)) from None
 
@@ -449,6 +455,9 @@ class Choice:
 
 async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
     "The items of several async iterators as they come; an error in one is raised here; leaving early cancels them all."
+    if len(iterators) == 1:  # (the usual response: one choice, no task or queue between it and the client)
+        async for x in iterators[0]: yield x
+        return
     queue, end = asyncio.Queue(), object()
     async def pump(it):
         try:
@@ -516,8 +525,9 @@ async def final_outputs(choices: list[Choice], request: Request) -> list[Request
     done, gone = asyncio.gather(*tasks), asyncio.ensure_future(wait_disconnect(request))
     try: await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        gone.cancel()
-        for t, c in zip(tasks, choices): t.cancel(); c.stream.abort()  # (nothing, for those that finished)
+        gone.cancel(); done.cancel()  # (cancels the choices' tasks too; nothing, for those that finished)
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # read: a gather left so is no error
+        abort_all(choices)
     if not done.done() or done.cancelled(): raise OpenAIError("the client disconnected", 499, "client_disconnected")
     return done.result()
 
@@ -560,6 +570,8 @@ def check_model(st: ServerState, model: str | None) -> str:
     raise OpenAIError(f"The model {model!r} does not exist; this server serves {st.model_names}", 404, "model_not_found", "model")
 
 # %% ../nbs/17_server.ipynb #c046
+MAX_CHOICES = 1024  # completions a request may ask for (prompts x n)
+
 async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefix: str):
     "Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model name, choices, request id)`."
     st = server_state(request)
@@ -568,18 +580,22 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
     try: prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
     except OpenAIError: raise
     except Exception as e: raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
+    n = req.n or 1
+    if len(prompts) * n > MAX_CHOICES:
+        raise OpenAIError(f"{len(prompts)} prompts x n={n} is more than {MAX_CHOICES} completions a request", param="n")
     params = [sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts]  # every prompt checked first
-    rid, n, choices = f"{prefix}-{uuid.uuid4().hex}", req.n or 1, []
-    try:
-        for i, (ids, p) in enumerate(zip(prompts, params)):
-            for j in range(n):  # with a seed, choice j draws with seed + j (as vLLM does): n different samples
-                p_j = replace(p, seed=p.seed + j) if p.seed is not None and j else p
-                choices.append(Choice(len(choices), i, p_j, await st.engine.add_request(f"{rid}-{len(choices)}", ids, p_j)))
-    except BaseException as e:
+    # with a seed, choice j draws with seed + j (as vLLM does): n different samples
+    specs = [(i, ids, replace(p, seed=p.seed + j) if p.seed is not None and j else p)
+             for i, (ids, p) in enumerate(zip(prompts, params)) for j in range(n)]
+    rid = f"{prefix}-{uuid.uuid4().hex}"
+    added = await asyncio.gather(*(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
+                                 return_exceptions=True)    # all at once: the engine takes them in one step
+    choices = [Choice(k, i, p, s) for k, ((i, _, p), s) in enumerate(zip(specs, added)) if isinstance(s, RequestStream)]
+    if failed := [e for e in added if not isinstance(e, RequestStream)]:
         abort_all(choices)
-        if isinstance(e, ValueError): raise OpenAIError(str(e), param="prompt") from None
-        if isinstance(e, EngineError): raise OpenAIError(str(e), 503, "engine_unavailable", type="server_error") from None
-        raise
+        if isinstance(failed[0], ValueError): raise OpenAIError(str(failed[0]), param="prompt") from None
+        if isinstance(failed[0], EngineError): raise OpenAIError(str(failed[0]), 503, "engine_unavailable", type="server_error") from None
+        raise failed[0]
     return req, model, choices, rid
 
 def abort_all(choices: list[Choice]) -> None:

@@ -58,17 +58,22 @@ def rank_agrees(rank: int, ref: torch.Tensor, t: int, tol: float = 1e-5) -> bool
     return int((ref > ref[t] + tol).sum()) < rank <= int((ref >= ref[t] - tol).sum())
 
 
-def test_logprobs_equal_hf(checkpoints, hf_models):
+def test_logprobs_equal_hf(checkpoints, hf_models, monkeypatch):
     """Asked-for logprobs are HF's log-softmax at each new token's place (teacher-forced on the same tokens): the
-    chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded sampled requests alike."""
+    chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded sampled requests alike; prompt
+    logprobs too, scored a few rows at a time (a one-token prompt has nothing to score)."""
+    import metainfer.runner
+    monkeypatch.setattr(metainfer.runner, "SCORE_CHUNK", 7)   # several chunks a prompt, and chunks across prompts
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(6, seed=5)
+    prompts[2] = prompts[2][:1]
     params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3, prompt_logprobs=2),
               SamplingParams(temperature=1.0, top_k=40, seed=9, max_tokens=12, ignore_eos=True, logprobs=0),
-              SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)] * 2
+              SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, prompt_logprobs=1)] * 2
     llm = LLM(ckpt, dtype="float32", device="cpu")
     outs = llm.generate(prompts, params, use_tqdm=False)
     hf = hf_models(ckpt)
+    assert outs[2].prompt_logprobs == [None]                   # a one-token prompt
     greedy = [i for i, p in enumerate(params) if p.temperature == 0]
     assert [outs[i].outputs[0].token_ids for i in greedy] == hf_greedy(hf, [prompts[i] for i in greedy], 12)
     for prompt, p, out in zip(prompts, params, outs):
@@ -111,3 +116,37 @@ def test_prompt_logprobs_skip_cache_hits(checkpoints, hf_models):
     assert scored.outputs[0].token_ids == first.outputs[0].token_ids == hf_greedy(hf_models(ckpt), [prompt], 64)[0]
     llm.generate([prompt], GREEDY, use_tqdm=False)
     assert bm.num_cache_hit_tokens == hits + 32
+
+
+def test_penalties_bias_and_min_tokens(checkpoints, hf_models):
+    """In one batch with plain requests: the repetition penalty, a logit bias and `min_tokens` give the greedy tokens
+    of HF `generate` with its own logits processors; presence and frequency penalties (HF has none) take at each step
+    the argmax of HF's logits (teacher-forced) minus the penalties of the tokens before it, the one still in flight
+    under async scheduling included."""
+    ckpt = checkpoints("qwen3-tiny")
+    hf, prompts = hf_models(ckpt), random_prompts(5, seed=8)
+    first = [t[0] for t in hf_greedy(hf, prompts, 1)]
+    params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, repetition_penalty=1.4),
+              SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logit_bias={777: 4.0, first[1]: -50.0}),
+              SamplingParams(temperature=0, max_tokens=16, stop_token_ids=[first[2]], min_tokens=5),
+              SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, presence_penalty=0.3, frequency_penalty=0.5),
+              GREEDY]
+    outs = [o.outputs[0] for o in LLM(ckpt, dtype="float32", device="cpu").generate(prompts, params, use_tqdm=False)]
+
+    def hf_generate(prompt, **kw):
+        x = torch.tensor([prompt])
+        y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False, pad_token_id=0, **kw)
+        return y[0, len(prompt):].tolist()
+    assert outs[0].token_ids == hf_generate(prompts[0], repetition_penalty=1.4, eos_token_id=None, min_new_tokens=0)
+    assert outs[1].token_ids == hf_generate(prompts[1], sequence_bias={(777,): 4.0, (first[1],): -50.0}, eos_token_id=None,
+                                            min_new_tokens=0)
+    assert outs[2].token_ids == hf_generate(prompts[2], min_new_tokens=5, eos_token_id=first[2])
+    assert first[2] not in outs[2].token_ids[:5]
+    assert outs[4].token_ids == hf_greedy(hf, prompts[4:], 64)[0]
+    ids = outs[3].token_ids
+    with torch.no_grad(): logits = hf(torch.tensor([prompts[3] + ids])).logits[0, len(prompts[3]) - 1:-1]
+    for k, (row, t) in enumerate(zip(logits, ids)):
+        counts = torch.bincount(torch.tensor(ids[:k], dtype=torch.long), minlength=row.numel()).float()
+        adjusted = row - 0.5 * counts - 0.3 * (counts > 0)
+        assert adjusted[t] >= adjusted.max() - 1e-5
+    assert ids != hf_greedy(hf, prompts[3:4], 16)[0]   # (the penalties change the plain greedy path)

@@ -12,7 +12,7 @@ def test_small_pool_preempts_and_completes(checkpoints):
     small = LLM(ckpt, dtype="float32", device="cpu", block_size=16, num_kv_blocks=24, max_model_len=256)
     assert small.engine.runner.num_kv_blocks < demand / 3
     free0 = small.engine.block_manager.num_free_blocks
-    params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True, logprobs=1)
+    params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True, logprobs=1, prompt_logprobs=0)
     ref = big.generate(prompts, params, use_tqdm=False)
     outs = small.generate(prompts, params, use_tqdm=False)
     assert small.engine.scheduler.num_preemptions > 0
@@ -20,6 +20,7 @@ def test_small_pool_preempts_and_completes(checkpoints):
     for o, r in zip(outs, ref):  # recomputed sequences keep one logprob entry per token, the same as uninterrupted
         lp = lambda c: [e[t].logprob for t, e in zip(c.token_ids, c.logprobs)]
         assert lp(o.outputs[0]) == pytest.approx(lp(r.outputs[0]), abs=1e-5)
+        assert len(o.prompt_logprobs) == len(o.prompt_token_ids)      # scored once, not again when recomputed
     assert small.engine.block_manager.num_free_blocks == free0 == 24
 
 

@@ -155,16 +155,20 @@ def test_several_prompts_and_n_choices(llm, client):
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert [c.text for c in r.choices] == [ref.outputs[0].text for ref in refs for _ in range(2)]
     assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (sum(len(x.prompt_token_ids) for x in refs), 24)
-    texts = {}
+    texts, usages = {}, []
     for ch in client.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
         for c in ch.choices: texts[c.index] = texts.get(c.index, "") + c.text
-        if ch.usage: assert ch.usage.completion_tokens == 24
-    assert texts == {c.index: c.text for c in r.choices}
+        if ch.usage: usages.append((ch.usage.prompt_tokens, ch.usage.completion_tokens))
+    assert texts == {c.index: c.text for c in r.choices} and usages == [(r.usage.prompt_tokens, 24)]
     seeded = dict(model="tiny", prompt=PROMPTS[1], max_tokens=8, temperature=1.0, seed=77, extra_body={"ignore_eos": True})
     three = [c.text for c in client.completions.create(**seeded, n=3).choices]
     alone = [llm.generate(PROMPTS[1], SamplingParams(temperature=1.0, seed=77 + j, max_tokens=8, ignore_eos=True),
                           use_tqdm=False)[0].outputs[0].text for j in range(3)]
     assert three == alone and len(set(three)) == 3
+    top = client.completions.create(**(seeded | {"seed": 2**63 - 1}), n=2)   # seed + 1 still a valid seed
+    assert len({c.text for c in top.choices}) == 2
+    with pytest.raises(openai.BadRequestError, match="more than 1024 completions"):
+        client.completions.create(model="tiny", prompt=[[1]] * 9, n=128, max_tokens=1)
     chat = client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=4, temperature=1.0, seed=5, n=2,
                                           stream=True, extra_body={"ignore_eos": True})
     roles = [c.index for ch in chat for c in ch.choices if c.delta.role == "assistant"]

@@ -97,6 +97,21 @@ def test_non_streaming_client_that_leaves_is_aborted(server):
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
 
 
+def test_clients_that_leave_with_several_choices(server, caplog):
+    """A client that leaves a request of several prompts and `n` choices, streamed or not, aborts every choice's
+    engine request, and nothing is logged as an error (no task or future left behind unread)."""
+    before = metrics(server)
+    aborted = 'request_success_total{finished_reason="abort"}'
+    body = {"prompt": ["hi", "there"], "n": 3, "max_tokens": 2000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout): httpx.post(f"{server.url}/v1/completions", timeout=0.5, json=body)
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body | {"stream": True}) as r:
+        next(r.iter_lines())          # the first chunk, then leave
+    after = wait_idle(server, timeout=10)
+    assert after["num_requests_in_engine"] == 0 and after["num_free_kv_blocks"] == NUM_BLOCKS
+    assert after[aborted] - before[aborted] == 12
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 def test_clients_that_leave_before_the_first_token(server):
     "Raw sockets send a streaming request and close at once, or right after the status line: nothing stays behind."
     import json, socket

@@ -45,7 +45,11 @@ def test_tp2_async_scheduling_with_sampling(checkpoints):
             outs.append([(o.outputs[0].token_ids, o.outputs[0].logprobs, o.prompt_logprobs)
                          for o in llm.generate(prompts, params, use_tqdm=False)])
     assert outs[0] == outs[1] and len(outs[0][0][0]) == len(outs[0][0][1]) == 24   # logprobs too: rank 0 samples
-    assert [len(o[2]) for o in outs[0]] == [len(p) for p in prompts]
+    with LLM(ckpt, dtype="float32", device="cpu") as llm:  # the prompts' scores: TP=1's, from the same weights
+        tp1 = [o.prompt_logprobs for o in llm.generate(prompts, params, use_tqdm=False)]
+    for (_, _, scored), ref, p in zip(outs[0], tp1, prompts):
+        assert len(scored) == len(p) and scored[0] is None
+        assert [e[t].logprob for t, e in zip(p[1:], scored[1:])] == pytest.approx([e[t].logprob for t, e in zip(p[1:], ref[1:])], abs=1e-5)
 
 
 def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
