@@ -199,3 +199,24 @@ def test_stats_count_kept_tokens_and_no_idle_time(checkpoints):
     before = dict(engine.stats)
     llm.generate([prompt], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True), use_tqdm=False)
     assert engine.stats["decode_s"] - before["decode_s"] < 0.4
+
+
+def test_penalties_when_requests_join_mid_decode(checkpoints):
+    """A request that joins while another decodes splits the running batch: in the next step some sequences have a
+    token in flight and some don't. Penalties count both kinds right: the tokens equal a run of the request alone."""
+    from metainfer import LLMEngine
+    ckpt = checkpoints("qwen3-tiny")
+    a, b = random_prompts(2, seed=21)
+    pa = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, frequency_penalty=0.7, presence_penalty=0.2)
+    pb = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, repetition_penalty=1.3)
+    alone = [LLM(ckpt, dtype="float32", device="cpu").generate([p], s, use_tqdm=False)[0].outputs[0].token_ids
+             for p, s in ((a, pa), (b, pb))]
+    engine = LLMEngine.from_engine_args(str(ckpt), dtype="float32", device="cpu")
+    engine.add_request("a", a, pa)
+    done = {}
+    for k in range(200):
+        if k == 5: engine.add_request("b", b, pb)
+        for out in engine.step():
+            if out.finished: done[out.request_id] = out.outputs[0].token_ids
+        if not engine.has_unfinished_requests(): break
+    assert [done["a"], done["b"]] == alone

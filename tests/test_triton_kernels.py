@@ -41,7 +41,8 @@ def test_triton_backend_equals_torch(preset, checkpoints):
             assert llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend  # GPU: "triton/varlen+pdl"
             runner, steps = llm.engine.runner, []
             run_logits = runner.logits
-            runner.logits = lambda step: steps.append(run_logits(step).clone()) or steps[-1]  # graphs reuse buffers
+            runner.logits = lambda step: steps.append(run_logits(step)[0].clone()) or (steps[-1], None)  # (graphs reuse
+                                                                                                        # buffers)
             outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(prompts[1:], params, use_tqdm=False)
             tokens[backend], logits[backend] = [o.outputs[0].token_ids for o in outs], steps
             assert llm.engine.block_manager.num_cache_hit_tokens >= 2 * 20
