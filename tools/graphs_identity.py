@@ -2,7 +2,8 @@
 (issue 4, acceptance 1)
 
 Usage (GPU):  python tools/graphs_identity.py MODEL_DIR --out results/graphs-identity.json [--modes graphs,eager,graphs-sync]
-Random-token prompts (B=1 and B=16, 16-64 tokens), 128 greedy tokens each, EOS ignored; the JSON lists, per prompt and
+Random-token prompts (B=1 and B=16, 16-64 tokens), 128 greedy tokens each, EOS ignored, and a batch of 5 that mixes in
+logprobs, prompt logprobs, penalties, a logit bias and min_tokens (`B=5+`); the JSON lists, per prompt and
 per mode, the first position where the mode differs from the first mode (null: identical), and the exact command.
 Modes: `graphs` / `eager` (CUDA graphs on / off), with `-sync` for async scheduling off and `-nccl` for NCCL
 all-reduces only (no symmetric-memory one-shot, no fused all-reduce + add + RMSNorm: with `-tp 2` that checks the
@@ -17,11 +18,18 @@ def greedy(model: str, mode: str, batches: dict[str, list[list[int]]], tokens: i
     llm = LLM(model, enforce_eager=mode.startswith("eager"), async_scheduling="-sync" not in mode,
               disable_custom_all_reduce="-nccl" in mode, tensor_parallel_size=tp, max_model_len=4096,
               gpu_memory_utilization=0.5)
-    params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
-    out = {name: [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    out = {name: [o.outputs[0].token_ids for o in llm.generate(prompts, batch_params(name, tokens, len(prompts)), use_tqdm=False)]
            for name, prompts in batches.items()}
     llm.shutdown(); del llm; gc.collect(); torch.cuda.empty_cache()
     return out
+
+
+def batch_params(name: str, tokens: int, n: int) -> list[SamplingParams]:
+    "Plain greedy requests; the batch named `...+` mixes in logprobs, prompt logprobs, penalties, a logit bias, min_tokens."
+    plain = dict(temperature=0, max_tokens=tokens, ignore_eos=True)
+    extras = [{}, dict(logprobs=2, prompt_logprobs=1), dict(frequency_penalty=0.5, presence_penalty=0.2),
+              dict(repetition_penalty=1.3, logit_bias={5: 2.0}), dict(min_tokens=8, ignore_eos=False)]
+    return [SamplingParams(**plain | (extras[i % len(extras)] if name.endswith("+") else {})) for i in range(n)]
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -38,6 +46,7 @@ def main() -> None:
     rng = random.Random(0)
     vocab = json.load(open(f"{args.model}/config.json"))["vocab_size"]
     batches = {f"B={b}": [[rng.randrange(vocab) for _ in range(rng.randint(16, 64))] for _ in range(b)] for b in (1, 16)}
+    batches["B=5+"] = [[rng.randrange(vocab) for _ in range(rng.randint(16, 64))] for _ in range(5)]  # (request options)
     start = time.time()
     modes = args.modes.split(",")
     if args.one_mode_to:  # a child of the run below: one mode, tokens to a file
