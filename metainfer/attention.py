@@ -39,8 +39,10 @@ def batch_bucket(n: int) -> int:
     "The batch a decode step of `n` sequences runs at: padded to this size in a CUDA graph, and tuned for it without."
     return next((b for b in BATCH_BUCKETS if b >= n), n)
 
-def to_device(t: Tensor, device: torch.device | str) -> Tensor:
-    "`t` (on the host) on `device`. To a GPU through pinned memory, without waiting: a blocking copy waits for the stream."
+def to_device(t: Tensor | list, device: torch.device | str, dtype: torch.dtype | None = None) -> Tensor:
+    """`t` (on the host; a list becomes a tensor of `dtype`) on `device`. To a GPU through pinned memory, without
+    waiting: a blocking copy waits for the stream."""
+    if not isinstance(t, Tensor): t = torch.tensor(t, dtype=dtype)
     device = torch.device(device)
     return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
 

@@ -219,7 +219,7 @@ def sampling_tensors(self: ModelRunner, batch: ScheduledBatch):
     for s in batch.seqs:
         if s.params.seed is not None and s.generator is None:
             s.generator = torch.Generator(self.device).manual_seed(s.params.seed)
-    t = lambda xs, dtype: to_device(torch.tensor(xs, dtype=dtype), self.device)
+    t = lambda xs, dtype: to_device(xs, self.device, dtype)
     return (t([p.temperature for p in ps], torch.float), t([p.top_k for p in ps], torch.long),
             t([p.top_p for p in ps], torch.float), [s.generator for s in batch.seqs])
 
@@ -235,7 +235,7 @@ def fill_pending(ids: Tensor, pending: tuple[list[int], list[int], int], last_id
     n = len(rows)
     if rows == last_rows and rows[-1] == n - 1: ids[:n].copy_(last_ids[:n])  # the usual case: the same leading rows
     else:
-        idx = to_device(torch.tensor([rows, last_rows]), ids.device)
+        idx = to_device([rows, last_rows], ids.device)
         ids[idx[0]] = last_ids[idx[1]]
 
 @torch.inference_mode()
@@ -248,7 +248,7 @@ def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, .
     positions, meta = make_metadata(step.block_tables, step.context_lens, step.query_lens, self.block_size,
                                     step.is_prefill, self.device)
     if not step.is_prefill: meta.max_seqlen_k = self.max_model_len  # as in the graphs: the same splits, the same sums
-    ids = to_device(torch.tensor(step.input_ids), self.device)
+    ids = to_device(step.input_ids, self.device, torch.long)
     if last_ids is not None: fill_pending(ids, step.pending, last_ids)
     hidden = self.model(ids, positions, meta)
     logits = self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
@@ -259,10 +259,11 @@ SCORE_CHUNK = 256  # prompt tokens scored at a time: their logits, [256, vocab],
 def score_rows(self: ModelRunner, hidden: Tensor, rows: list[int], targets: list[int], k: int) -> tuple[Tensor, ...] | None:
     """Rank 0: `token_logprobs` of `targets` at `hidden[rows]`, the LM head run on `SCORE_CHUNK` rows at a time, so
     that no `[rows, vocab]` tensor exists. Every rank runs the head (it gathers the vocabulary); the others get `None`."""
-    parts, t = [], lambda xs: to_device(torch.tensor(xs, dtype=torch.long), hidden.device)
+    parts = []
     for a in range(0, len(rows), SCORE_CHUNK):
-        logits = self.model.compute_logits(hidden[t(rows[a:a + SCORE_CHUNK])])
-        if self.tp.rank == 0: parts.append(token_logprobs(logits, t(targets[a:a + SCORE_CHUNK]), k))
+        chunk = lambda xs: to_device(xs[a:a + SCORE_CHUNK], hidden.device, torch.long)
+        logits = self.model.compute_logits(hidden[chunk(rows)])
+        if self.tp.rank == 0: parts.append(token_logprobs(logits, chunk(targets), k))
     if self.tp.rank: return None
     if not parts: return tuple(torch.empty(0, *s, dtype=d, device=hidden.device)  # (one-token prompts only)
                                for s, d in (((), torch.float), ((), torch.long), ((k,), torch.float), ((k,), torch.long)))
@@ -326,7 +327,7 @@ def step_logprobs(self: ModelRunner, logits: Tensor, ids: Tensor,
     "The rows whose requests ask for logprobs, and `token_logprobs` of those rows (on the device); `None` if none ask."
     rows = [i for i, p in enumerate(params) if p.logprobs is not None]
     if not rows: return None
-    at = to_device(torch.tensor(rows), logits.device)
+    at = to_device(rows, logits.device, torch.long)
     return rows, token_logprobs(logits[at], ids[at], max(params[i].logprobs for i in rows))
 
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
@@ -339,9 +340,9 @@ def adjusted_logits(self: ModelRunner, batch: ScheduledBatch, logits: Tensor) ->
     tokens held back) and penalties. A token still on the device (the last step's) counts through `last_token_ids`."""
     rows = [i for i, s in enumerate(batch.seqs) if s.params.adjusts_logits]
     seqs, V, dev = [batch.seqs[i] for i in rows], logits.shape[-1], logits.device
-    t = lambda xs, dtype=torch.long: to_device(torch.tensor(xs, dtype=dtype), dev)
-    x = logits.to(torch.float32, copy=True)
-    sub = x[t(rows)]
+    t = lambda xs, dtype=torch.long: to_device(xs, dev, dtype)
+    x, at = logits.to(torch.float32, copy=True), t(rows)
+    sub = x[at]
     if bias := [(j, tok, b) for j, s in enumerate(seqs) for tok, b in s.params.logit_bias.items()]:
         j, tok, b = zip(*bias)
         sub.index_put_((t(j), t(tok)), t(b, torch.float32), accumulate=True)
@@ -363,9 +364,10 @@ def adjusted_logits(self: ModelRunner, batch: ScheduledBatch, logits: Tensor) ->
         prompt[t(i), t(tok)] = True
         ps = [seqs[j].params for j in pen]
         f = lambda name: t([getattr(p, name) for p in ps], torch.float32)
-        sub[t(pen)] = apply_penalties(sub[t(pen)], prompt, counts, f("presence_penalty"), f("frequency_penalty"),
+        pen_at = t(pen)
+        sub[pen_at] = apply_penalties(sub[pen_at], prompt, counts, f("presence_penalty"), f("frequency_penalty"),
                                       f("repetition_penalty"))
-    x[t(rows)] = sub
+    x[at] = sub
     return x
 
 ModelRunner.logits, ModelRunner.launch, ModelRunner.step_logprobs, ModelRunner.run = logits, launch, step_logprobs, run

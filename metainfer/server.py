@@ -26,11 +26,11 @@ __all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'St
            'sampling_params', 'prompt_list', 'completion_prompts', 'message_text', 'chat_prompt', 'EngineStats', 'Add',
            'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage',
            'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs',
-           'choice_logprobs', 'echo_texts', 'Choice', 'merged', 'choice_events', 'stream_events', 'wait_disconnect',
-           'final_outputs', 'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'submit',
-           'abort_all', 'event_stream', 'completions', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health',
-           'models', 'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread',
-           'serve_main']
+           'choice_logprobs', 'echo_texts', 'Choice', 'abort_all', 'merged', 'choice_events', 'stream_events',
+           'wait_disconnect', 'final_outputs', 'ServerState', 'server_state', 'check_api_key', 'read_body',
+           'check_model', 'submit', 'event_stream', 'completions', 'chat_completions', 'prometheus_text',
+           'parse_metrics', 'health', 'models', 'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket',
+           'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -453,6 +453,9 @@ class Choice:
     params: SamplingParams
     stream: RequestStream
 
+def abort_all(choices: list[Choice]) -> None:
+    for c in choices: c.stream.abort()
+
 async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
     "The items of several async iterators as they come; an error in one is raised here; leaving early cancels them all."
     if len(iterators) == 1:  # (the usual response: one choice, no task or queue between it and the client)
@@ -507,8 +510,7 @@ async def stream_events(choices: list[Choice], req: SamplingRequest, head: dict,
             yield sse(head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)})
     except EngineError as e:
         yield sse(OpenAIError(str(e), 500, "engine_error", type="server_error").body())
-    finally:
-        for c in choices: c.stream.abort()
+    finally: abort_all(choices)
     yield sse("[DONE]")
 
 # %% ../nbs/17_server.ipynb #c041
@@ -597,9 +599,6 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
         if isinstance(failed[0], EngineError): raise OpenAIError(str(failed[0]), 503, "engine_unavailable", type="server_error") from None
         raise failed[0]
     return req, model, choices, rid
-
-def abort_all(choices: list[Choice]) -> None:
-    for c in choices: c.stream.abort()
 
 def event_stream(events: AsyncIterator[str], choices: list[Choice]) -> StreamingResponse:
     "SSE response; the background task aborts the requests even if the events never started."
