@@ -44,6 +44,9 @@ VPY        := $(VENV)/bin/python
 DEV_STAMP  := $(VENV)/.metainfer-dev.stamp
 DEMO_STAMP := $(DEMO_VENV)/.metainfer-demo.stamp
 CHECK      := bash tools/check_unchanged.sh
+# Notebooks write tiny checkpoints (~86 MB each) to tempfile.mkdtemp() folders that nothing removes; thousands of
+# runs filled the disk once. Each test step runs with its own TMPDIR, removed when the step ends, pass or fail.
+IN_OWN_TMPDIR := bash tools/in_own_tmpdir.sh
 INSTALL_DEPS := settings.ini setup.py $(wildcard pyproject.toml)
 
 .PHONY: help demo test install install-demo sync readme readme-check nbtest pytest docs docs-serve \
@@ -100,12 +103,12 @@ readme-check:  ## fail if README.md differs from what `make readme` would write
 	$(PYTHON) tools/make_readme.py --check $(README_ARGS)
 
 nbtest: install  ## nbdev_test --n_workers 2 (cells flagged cuda/slow are skipped: settings.ini tst_flags)
-	$(NBTEST_ENV) $(VENV)/bin/nbdev_test --n_workers $(N_WORKERS) $(NBTEST_ARGS)
+	$(NBTEST_ENV) $(IN_OWN_TMPDIR) $(VENV)/bin/nbdev_test --n_workers $(N_WORKERS) $(NBTEST_ARGS)
 
 pytest: install  ## pytest -q tests/ (skipped with a note while tests/ has no test files)
 	@if [ -n "$$(find tests -name 'test_*.py' -o -name '*_test.py' 2>/dev/null | head -n 1)" ]; then \
 	    echo "$(VPY) -m pytest $(PYTEST_ARGS) tests/"; \
-	    $(VPY) -m pytest $(PYTEST_ARGS) tests/; \
+	    $(IN_OWN_TMPDIR) $(VPY) -m pytest $(PYTEST_ARGS) tests/; \
 	else echo "pytest: no test files in tests/; skipping"; fi
 
 docs: install  ## build the MkDocs site from nbs/*.ipynb + docs/**/*.md into docs/site/ (strict)
