@@ -6,6 +6,7 @@
 from __future__ import annotations
 import argparse, os, sys, time
 from pathlib import Path
+from .chat_parsing import REASONING_PARSERS
 
 # %% auto #0
 __all__ = ['default_model_dir', 'generate_main', 'serve_cmd', 'bench_cmd', 'bench_serve_cmd', 'add_kernel_arguments',
@@ -68,6 +69,8 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--port", type=int, default=8000, help="0: a free port chosen by the OS (printed)")
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: $METAINFER_API_KEY or $VLLM_API_KEY)")
     s.add_argument("--served-model-name", nargs="+", default=None, help="model name(s) clients use (default: the model path)")
+    s.add_argument("--reasoning-parser", default=None, choices=REASONING_PARSERS,
+                   help="chats return the text between <think> and </think> as reasoning_content (Qwen3, DeepSeek-R1)")
     s.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     s.add_argument("--max-model-len", type=int, default=None)
     s.add_argument("--gpu-memory-utilization", type=float, default=0.9)

@@ -19,18 +19,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from .engine import LLMEngine, RequestOutput, CompletionOutput, Logprob
 from .sequence import SamplingParams
+from .chat_parsing import ChatOutputParser, REASONING_PARSERS, opens_reasoning
 
 # %% auto #0
 __all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest',
-           'CompletionRequest', 'ContentPart', 'ChatMessage', 'ChatCompletionRequest', 'parse_request', 'unsupported',
-           'sampling_params', 'prompt_list', 'completion_prompts', 'message_text', 'chat_prompt', 'EngineStats', 'Add',
+           'CompletionRequest', 'ContentPart', 'FunctionDefinition', 'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage',
+           'ChatCompletionRequest', 'parse_request', 'unsupported', 'sampling_params', 'prompt_list',
+           'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'chat_prompt', 'EngineStats', 'Add',
            'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage',
            'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs',
-           'choice_logprobs', 'echo_texts', 'Choice', 'abort_all', 'merged', 'choice_events', 'stream_events',
-           'wait_disconnect', 'final_outputs', 'ServerState', 'server_state', 'check_api_key', 'read_body',
-           'check_model', 'submit', 'event_stream', 'completions', 'chat_completions', 'prometheus_text',
-           'parse_metrics', 'health', 'models', 'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket',
-           'ServerThread', 'serve_main']
+           'choice_logprobs', 'echo_texts', 'Choice', 'chat_message', 'chat_finish_reason', 'abort_all', 'merged',
+           'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'ServerState', 'server_state',
+           'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'completions', 'output_parser',
+           'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'http_error',
+           'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -90,10 +92,32 @@ class ContentPart(OpenAIModel):
     type: str
     text: str | None = None
 
+class FunctionDefinition(OpenAIModel):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None   # a JSON schema of the arguments
+    strict: bool | None = None
+
+class Tool(OpenAIModel):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+class FunctionCall(OpenAIModel):
+    name: str
+    arguments: str                             # JSON, as the model wrote it
+
+class ToolCall(OpenAIModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
 class ChatMessage(OpenAIModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None   # an assistant's calls, sent back with their results
+    tool_call_id: str | None = None            # a tool message: the call it answers
+    reasoning_content: str | None = None       # an assistant's reasoning, for templates that show it
 
 class ChatCompletionRequest(SamplingRequest):
     "POST /v1/chat/completions: messages rendered by the tokenizer's chat template."
@@ -101,8 +125,9 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[dict] | None = None
-    tool_choice: str | dict | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
+    parallel_tool_calls: bool | None = None    # (every call the model writes is returned)
     response_format: dict | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # e.g. {"enable_thinking": false} for Qwen3
 
@@ -123,8 +148,7 @@ def unsupported(req: SamplingRequest) -> str | None:
     if isinstance(req, CompletionRequest):
         checks |= {"suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
     if isinstance(req, ChatCompletionRequest):
-        checks |= {"tools": bool(req.tools),
-                   "tool_choice": req.tool_choice not in (None, "none", "auto"),
+        checks |= {"tool_choice": req.tool_choice not in (None, "none", "auto"),  # (would need constrained decoding)
                    "response_format": (req.response_format or {}).get("type", "text") != "text"}
     return next((k for k, bad in checks.items() if bad), None)
 
@@ -179,12 +203,30 @@ def message_text(m: ChatMessage) -> str:
         raise OpenAIError("only text content parts are supported", param="messages")
     return "\n".join(part.text for part in m.content)
 
+def json_or_text(s: str) -> Any:
+    "Tool call arguments as templates take them: the JSON object they hold, or the text if they hold none."
+    try: return x if isinstance(x := json.loads(s), dict) else s
+    except ValueError: return s
+
+def message_dict(m: ChatMessage) -> dict:
+    "A message as chat templates take it."
+    d = {"role": m.role, "content": message_text(m)} | ({"name": m.name} if m.name else {})
+    if m.tool_call_id: d["tool_call_id"] = m.tool_call_id
+    if m.reasoning_content is not None: d["reasoning_content"] = m.reasoning_content
+    if m.tool_calls: d["tool_calls"] = [{"id": c.id, "type": c.type, "function": {"name": c.function.name,
+                                         "arguments": json_or_text(c.function.arguments)}} for c in m.tool_calls]
+    return d
+
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
-    "Token ids of a chat (its one prompt): the messages rendered by the chat template, ready for the assistant's turn."
+    "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
     if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
     if tokenizer is None or not tokenizer.chat_template: raise OpenAIError("this model has no chat template", param="messages")
-    msgs = [{"role": m.role, "content": message_text(m)} | ({"name": m.name} if m.name else {}) for m in req.messages]
-    try: text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **(req.chat_template_kwargs or {}))
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    if tools and "tools" not in str(tokenizer.chat_template):
+        raise OpenAIError("this model's chat template does not take tools", param="tools")
+    msgs = [message_dict(m) for m in req.messages]
+    try: text = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True,
+                                              **(req.chat_template_kwargs or {}))
     except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
     return [tokenizer(text, add_special_tokens=False).input_ids]
 
@@ -452,6 +494,16 @@ class Choice:
     prompt: int
     params: SamplingParams
     stream: RequestStream
+    parser: ChatOutputParser | None = None    # a chat's: splits its text into reasoning, content and tool calls
+
+def chat_message(parts: dict, reasoning: bool) -> dict:
+    "A chat response's message from what `ChatOutputParser` gave (`reasoning`: the server splits reasoning off)."
+    calls = [{k: v for k, v in c.items() if k != "index"} for c in parts["tool_calls"]]
+    return ({"role": "assistant", "content": parts["content"] or (None if calls else "")}
+            | ({"reasoning_content": parts["reasoning_content"] or None} if reasoning else {}) | ({"tool_calls": calls} if calls else {}))
+
+def chat_finish_reason(c: Choice, reason: str | None) -> str | None:
+    return "tool_calls" if reason == "stop" and c.parser.num_calls else reason
 
 def abort_all(choices: list[Choice]) -> None:
     for c in choices: c.stream.abort()
@@ -487,9 +539,12 @@ async def choice_events(c: Choice, req: SamplingRequest, chat: bool, echo: str |
             echo_now = echo is not None and first                # the prompt goes first, with its logprobs
             if echo_now: text = echo + text
             lps = choice_logprobs(req, out, start, offset, echo_now, tokenizer) if len(o.token_ids) > start or echo_now else None
-            if not (text or reason or ids or lps): continue
+            if chat:   # (the parser may hold text back, or give out a tool call whole)
+                delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
+                reason = chat_finish_reason(c, reason)
+            if not ((delta if chat else text) or reason or ids or lps): continue
             tids = o.token_ids[start:] if ids else None
-            if chat: yield chat_choice("delta", {"content": text} if text else {}, reason, tids, lps, c.index), out
+            if chat: yield chat_choice("delta", delta, reason, tids, lps, c.index), out
             else: yield completion_choice(text, reason, tids, lps, c.index) | (
                 {"prompt_token_ids": out.prompt_token_ids} if ids and first else {}), out
             first = False
@@ -541,6 +596,7 @@ class ServerState:
     model_names: list[str]
     api_key: str | None = None
     max_body_bytes: int = 16 * 2**20
+    reasoning_parser: str | None = None    # one of `REASONING_PARSERS`: chats get `reasoning_content`
 
 def server_state(request: Request) -> ServerState: return request.app.state.metainfer
 
@@ -574,8 +630,9 @@ def check_model(st: ServerState, model: str | None) -> str:
 # %% ../nbs/17_server.ipynb #c046
 MAX_CHOICES = 1024  # completions a request may ask for (prompts x n)
 
-async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefix: str):
-    "Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model name, choices, request id)`."
+async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefix: str, parser_of=None):
+    """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model name, choices, request id)`.
+    `parser_of(state, request, prompt ids)`: each choice's `ChatOutputParser`."""
     st = server_state(request)
     req = parse_request(cls, await read_body(request, st.max_body_bytes))
     model = check_model(st, req.model)
@@ -592,7 +649,8 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
     rid = f"{prefix}-{uuid.uuid4().hex}"
     added = await asyncio.gather(*(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
                                  return_exceptions=True)    # all at once: the engine takes them in one step
-    choices = [Choice(k, i, p, s) for k, ((i, _, p), s) in enumerate(zip(specs, added)) if isinstance(s, RequestStream)]
+    choices = [Choice(k, i, p, s, parser_of and parser_of(st, req, ids))
+               for k, ((i, ids, p), s) in enumerate(zip(specs, added)) if isinstance(s, RequestStream)]
     if failed := [e for e in added if not isinstance(e, RequestStream)]:
         abort_all(choices)
         if isinstance(failed[0], ValueError): raise OpenAIError(str(failed[0]), param="prompt") from None
@@ -618,14 +676,21 @@ async def completions(request: Request):
                                  lps, c.index) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
     return JSONResponse(head | {"choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)})
 
+def output_parser(st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]) -> ChatOutputParser:
+    "How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the request sends tools."
+    reasoning = st.reasoning_parser is not None
+    return ChatOutputParser(reasoning, tools=bool(req.tools) and req.tool_choice != "none",
+                            in_reasoning=reasoning and opens_reasoning(st.tokenizer.decode(prompt_ids[-16:])))
+
 async def chat_completions(request: Request):
-    req, model, choices, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl")
+    req, model, choices, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser)
     if req.stream: return event_stream(stream_events(choices, req, response_head(rid, model, "chat.completion.chunk")), choices)
     outs, ids = await final_outputs(choices, request), req.return_token_ids
+    reasoning = server_state(request).reasoning_parser is not None
     def choice(c: Choice, out: RequestOutput) -> dict:
         o = out.outputs[0]
-        return chat_choice("message", {"role": "assistant", "content": o.text}, o.finish_reason, o.token_ids if ids else None,
-                           choice_logprobs(req, out), c.index)
+        return chat_choice("message", chat_message(c.parser.feed(o.text, final=True), reasoning),
+                           chat_finish_reason(c, o.finish_reason), o.token_ids if ids else None, choice_logprobs(req, out), c.index)
     return JSONResponse(response_head(rid, model, "chat.completion") | {
         "choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)}
         | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {}))
@@ -687,12 +752,15 @@ def build_app(engine: AsyncLLMEngine,                   # the engine thread to s
               served_model_names: list[str] | None = None, # names clients may ask for (default: the model path)
               api_key: str | None = None,                  # if set, /v1 routes need `Authorization: Bearer <key>`
               max_body_bytes: int = 16 * 2**20,            # larger request bodies get a 413
+              reasoning_parser: str | None = None,         # "qwen3" or "deepseek_r1": chats split off `reasoning_content`
              ) -> FastAPI:
     "The FastAPI app serving `engine` under OpenAI's routes."
     import copy
+    if reasoning_parser not in (None, *REASONING_PARSERS):
+        raise ValueError(f"unknown reasoning parser {reasoning_parser!r}; choose from {REASONING_PARSERS}")
     app = FastAPI(title="metainfer", version="1", docs_url=None, redoc_url=None)
-    app.state.metainfer = ServerState(engine, copy.deepcopy(engine.tokenizer),
-                                      list(served_model_names or [engine.engine.config.model]), api_key, max_body_bytes)
+    app.state.metainfer = ServerState(engine, copy.deepcopy(engine.tokenizer), list(served_model_names or [engine.engine.config.model]),
+                                      api_key, max_body_bytes, reasoning_parser)
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
@@ -752,7 +820,7 @@ def serve_main(args) -> None:
                           kernel_backend=args.kernel_backend, attention_backend=args.attention_backend)
     engine = AsyncLLMEngine(LLMEngine(config))
     api_key = args.api_key or os.environ.get("METAINFER_API_KEY") or os.environ.get("VLLM_API_KEY") or None
-    app = build_app(engine, args.served_model_name or [model], api_key)
+    app = build_app(engine, args.served_model_name or [model], api_key, reasoning_parser=args.reasoning_parser)
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"metainfer: serving {model} as {app.state.metainfer.model_names} on http://{host}:{sock.getsockname()[1]}"

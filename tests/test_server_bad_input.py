@@ -74,7 +74,12 @@ CASES = [
     ("chat: image content part", "POST", CHAT,
      b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}', AUTH, 400, None),
     ("chat: negative max_completion_tokens", "POST", CHAT, b'{' + MSG + b', "max_completion_tokens": -3}', AUTH, 400, None),
-    ("chat: tools", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}]}', AUTH, 400, "unsupported_parameter"),
+    ("chat: tool_choice required", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}], '
+     b'"tool_choice": "required"}', AUTH, 400, "unsupported_parameter"),
+    ("chat: a tool that is no function", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "web_search"}]}', AUTH, 400, None),
+    ("chat: a function without a name", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {}}]}', AUTH, 400, None),
+    ("chat: tool call arguments not a string", "POST", CHAT, b'{"messages": [{"role": "assistant", "tool_calls": [{"type": '
+     b'"function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}', AUTH, 400, None),
     ("chat: JSON response format", "POST", CHAT, b'{' + MSG + b', "response_format": {"type": "json_object"}}', AUTH, 400, "unsupported_parameter"),
     ("chat: top_logprobs without logprobs", "POST", CHAT, b'{' + MSG + b', "top_logprobs": 2}', AUTH, 400, "invalid_value"),
     ("chat: top_logprobs over 20", "POST", CHAT, b'{' + MSG + b', "logprobs": true, "top_logprobs": 21}', AUTH, 400, "invalid_value"),

@@ -1,0 +1,122 @@
+"""Tool calls and reasoning through the server, with the official `openai` client.
+
+The served model is the real tiny engine whose logits are overridden step by step to write a chosen text (a
+"scripted" model): the tokens then go through the real scheduler, detokenizer, stop handling, streaming and parsing."""
+import json
+import openai, pytest, torch
+from metainfer.server import AsyncLLMEngine, ServerThread, build_app
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+ASK = [{"role": "user", "content": "Weather in Paris?"}]
+ANSWER = ('<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n{"name": "get_weather", '
+          '"arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
+CALLS = [("get_weather", {"city": "Paris"}), ("now", {})]
+
+
+class Script:
+    "Wraps a model's `compute_logits` so that its next calls pick the given token ids, one per call (one request at a time)."
+    def __init__(self, model):
+        self.compute, self.ids = model.compute_logits, []
+        model.compute_logits = self
+
+    def __call__(self, hidden):
+        logits = self.compute(hidden)
+        if self.ids:
+            logits = torch.full_like(logits, -30.0)
+            logits[:, self.ids.pop(0)] = 0.0
+        return logits
+
+
+@pytest.fixture(scope="module")
+def served(checkpoints):
+    engine = AsyncLLMEngine.from_engine_args(str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu",
+                                             num_kv_blocks=256, max_model_len=512)
+    script = Script(engine.engine.runner.model)
+    with ServerThread(build_app(engine, ["tiny"], reasoning_parser="qwen3")) as srv:
+        yield srv, script, engine.tokenizer
+    engine.shutdown()
+
+
+@pytest.fixture
+def client(served): return openai.OpenAI(base_url=f"{served[0].url}/v1", api_key="none", max_retries=0)
+
+
+def will_write(served, text: str) -> None:
+    _, script, tok = served
+    script.ids = tok(text, add_special_tokens=False).input_ids + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+
+def calls_of(tool_calls) -> list:
+    return [(c.function.name, json.loads(c.function.arguments)) for c in tool_calls]
+
+
+def test_tool_calls_and_reasoning(served, client):
+    will_write(served, ANSWER)
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content == "Let me look."
+    assert c.message.model_extra["reasoning_content"] == "\nThe user wants the weather.\n"
+    assert calls_of(c.message.tool_calls) == CALLS
+    assert all(t.type == "function" and t.id.startswith("call_") for t in c.message.tool_calls)
+
+
+def test_streamed_tool_calls_equal_whole(served, client):
+    will_write(served, ANSWER)
+    chunks = list(client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100,
+                                                 stream=True))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    content = "".join(d.content or "" for d in deltas)
+    reasoning = "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas)
+    calls = [t for d in deltas for t in d.tool_calls or []]
+    assert (content, reasoning) == ("Let me look.", "\nThe user wants the weather.\n")
+    assert calls_of(calls) == CALLS and [t.index for t in calls] == [0, 1]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not any("<tool_call>" in (d.content or "") or "think>" in (d.content or "") for d in deltas)
+
+
+def test_tool_choice_none_and_no_tools_leave_the_text(served, client):
+    for extra in ({"tools": TOOLS, "tool_choice": "none"}, {}):
+        will_write(served, ANSWER)
+        r = client.chat.completions.create(model="tiny", messages=ASK, temperature=0, max_tokens=100, **extra)
+        c = r.choices[0]
+        assert (c.finish_reason, c.message.tool_calls) == ("stop", None)
+        assert c.message.content == ANSWER.split("</think>\n\n")[1]
+
+
+def test_a_call_that_is_not_json_stays_in_the_content(served, client):
+    text = 'Sure. <tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
+    will_write(served, text)
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100)
+    assert (r.choices[0].message.content, r.choices[0].message.tool_calls, r.choices[0].finish_reason) == (text, None, "stop")
+
+
+def test_tool_results_are_rendered_by_the_template(served, client):
+    "A second turn sends the calls and their results back: the prompt is the template's rendering of those messages."
+    _, _, tok = served
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+    messages = ASK + [{"role": "assistant", "content": "Let me look.", "tool_calls": calls},
+                      {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'}]
+    will_write(served, "It is 21 degrees.")
+    r = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, temperature=0, max_tokens=100,
+                                       extra_body={"return_token_ids": True})
+    as_template_takes_them = messages[:1] + [messages[1] | {"tool_calls": [calls[0] | {"function": {
+        "name": "get_weather", "arguments": {"city": "Paris"}}}]}, messages[2]]
+    text = tok.apply_chat_template(as_template_takes_them, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert "<tool_response>\n{\"temperature\": 21}\n</tool_response>" in text and '"name": "get_weather"' in text
+    assert r.model_extra["prompt_token_ids"] == tok(text, add_special_tokens=False).input_ids
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("It is 21 degrees.", "stop")
+
+
+def test_reasoning_cut_off_by_max_tokens(served, client):
+    will_write(served, "<think>\nA long thought that never ends")
+    r = client.chat.completions.create(model="tiny", messages=ASK, temperature=0, max_tokens=5)
+    m = r.choices[0].message
+    assert r.choices[0].finish_reason == "length" and m.content == "" and m.model_extra["reasoning_content"].startswith("\nA long")
+
+
+def test_unsupported_tool_choice_is_refused(served, client):
+    for choice in ("required", {"type": "function", "function": {"name": "now"}}):
+        with pytest.raises(openai.BadRequestError, match="tool_choice"):
+            client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=choice)
