@@ -24,15 +24,15 @@ from .chat_parsing import ChatOutputParser, REASONING_PARSERS, opens_reasoning
 # %% auto #0
 __all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest',
            'CompletionRequest', 'ContentPart', 'FunctionDefinition', 'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage',
-           'ChatCompletionRequest', 'parse_request', 'unsupported', 'sampling_params', 'prompt_list',
-           'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'chat_prompt', 'EngineStats', 'Add',
-           'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request', 'text_deltas', 'usage',
-           'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs', 'chat_logprobs',
-           'choice_logprobs', 'echo_texts', 'Choice', 'chat_message', 'chat_finish_reason', 'abort_all', 'merged',
-           'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'ServerState', 'server_state',
-           'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'completions', 'output_parser',
-           'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'http_error',
-           'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+           'ChatCompletionRequest', 'parse_request', 'unsupported', 'candidates_per_prompt', 'sampling_params',
+           'prompt_list', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'chat_prompt',
+           'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request',
+           'text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
+           'chat_logprobs', 'choice_logprobs', 'echo_texts', 'Choice', 'chat_message', 'chat_finish_reason',
+           'abort_all', 'merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'ServerState',
+           'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'best_of',
+           'completions', 'output_parser', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models',
+           'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -86,7 +86,7 @@ class CompletionRequest(SamplingRequest):
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: int | None = Field(None, ge=1, le=128)  # completions made per prompt, of which the n best are returned
 
 class ContentPart(OpenAIModel):
     type: str
@@ -146,13 +146,20 @@ def unsupported(req: SamplingRequest) -> str | None:
     "The first field asking for a feature this server doesn't implement, if any."
     checks = {}
     if isinstance(req, CompletionRequest):
-        checks |= {"suffix": bool(req.suffix), "best_of": req.best_of not in (None, 1)}
+        checks |= {"suffix": bool(req.suffix)}
     if isinstance(req, ChatCompletionRequest):
         checks |= {"tool_choice": req.tool_choice not in (None, "none", "auto"),  # (would need constrained decoding)
                    "response_format": (req.response_format or {}).get("type", "text") != "text"}
     return next((k for k, bad in checks.items() if bad), None)
 
 # %% ../nbs/17_server.ipynb #c014
+def candidates_per_prompt(req: SamplingRequest) -> int:
+    "How many completions of each prompt the engine makes: `n`, or `best_of`, of which the `n` best are kept."
+    n, best_of = req.n or 1, getattr(req, "best_of", None) or req.n or 1
+    if best_of < n: raise OpenAIError(f"best_of={best_of} must be at least n={n}", param="best_of")
+    if best_of > n and req.stream: raise OpenAIError("best_of > n can't stream: the best are known only at the end", param="best_of")
+    return best_of
+
 def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
     "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError`."
     if (bad := unsupported(req)) is not None:
@@ -170,6 +177,7 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
         raise OpenAIError("top_logprobs needs logprobs: true", param="top_logprobs")
     logprobs = ((req.top_logprobs or 0) if req.logprobs else None) if chat else req.logprobs
     prompt_logprobs = logprobs if not chat and req.echo else None   # an echoed prompt comes with its logprobs
+    if candidates_per_prompt(req) > (req.n or 1) and logprobs is None: logprobs = 0  # (best_of ranks by them)
     try: bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
     except ValueError: raise OpenAIError("logit_bias keys must be token ids", param="logit_bias") from None
     given = {k: v for k, v in dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
@@ -639,9 +647,9 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
     try: prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
     except OpenAIError: raise
     except Exception as e: raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
-    n = req.n or 1
+    n = candidates_per_prompt(req)
     if len(prompts) * n > MAX_CHOICES:
-        raise OpenAIError(f"{len(prompts)} prompts x n={n} is more than {MAX_CHOICES} completions a request", param="n")
+        raise OpenAIError(f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} completions a request", param="n")
     params = [sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts]  # every prompt checked first
     # with a seed, choice j draws with seed + j (as vLLM does): n different samples
     specs = [(i, ids, replace(p, seed=p.seed + j) if p.seed is not None and j else p)
@@ -664,17 +672,27 @@ def event_stream(events: AsyncIterator[str], choices: list[Choice]) -> Streaming
                              background=BackgroundTask(abort_all, choices))
 
 # %% ../nbs/17_server.ipynb #c047
+def best_of(made: list[tuple[Choice, RequestOutput]], n: int, per_prompt: int) -> list[tuple[Choice, RequestOutput]]:
+    """The `n` best of each prompt's `per_prompt` completions (all of them when they are `n`), best first: the highest
+    log-probability per token, as OpenAI defines `best_of`."""
+    if per_prompt == n: return made
+    score = lambda m: m[1].outputs[0].cumulative_logprob / max(1, len(m[1].outputs[0].token_ids))
+    return [m for p in range(0, len(made), per_prompt) for m in sorted(made[p:p + per_prompt], key=score, reverse=True)[:n]]
+
 async def completions(request: Request):
     req, model, choices, rid = await submit(request, CompletionRequest, completion_prompts, "cmpl")
     tokenizer, head = server_state(request).tokenizer, response_head(rid, model, "text_completion")
     echoes = echo_texts(req, tokenizer)
     if req.stream: return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
     outs, ids = await final_outputs(choices, request), req.return_token_ids
-    def choice(c: Choice, out: RequestOutput) -> dict:
-        o, lps = out.outputs[0], choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer)
+    def choice(index: int, c: Choice, out: RequestOutput) -> dict:
+        o = out.outputs[0]
+        lps = choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer) if req.logprobs is not None else None
         return completion_choice((echoes[c.prompt] if echoes else "") + o.text, o.finish_reason, o.token_ids if ids else None,
-                                 lps, c.index) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
-    return JSONResponse(head | {"choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)})
+                                 lps, index) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
+    kept = best_of(list(zip(choices, outs)), req.n or 1, candidates_per_prompt(req))
+    return JSONResponse(head | {"choices": [choice(i, c, o) for i, (c, o) in enumerate(kept)],
+                                "usage": usage(outs, candidates_per_prompt(req))})  # (every completion made counts)
 
 def output_parser(st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]) -> ChatOutputParser:
     "How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the request sends tools."

@@ -175,6 +175,27 @@ def test_several_prompts_and_n_choices(llm, client):
     assert sorted(roles) == [0, 1]
 
 
+def test_best_of_keeps_the_likeliest_per_token(llm, client):
+    """`best_of=4, n=2`: each prompt's 4 seeded samples (seed + j, as with `n`) are made, and the 2 with the highest
+    mean logprob come back, best first; usage counts all 8 completions; no logprobs unless asked for."""
+    kw = dict(model="tiny", prompt=PROMPTS[:2], max_tokens=8, temperature=1.0, seed=11, n=2, best_of=4)
+    made = [[llm.generate(p, SamplingParams(temperature=1.0, seed=11 + j, max_tokens=8, logprobs=0), use_tqdm=False)[0]
+             .outputs[0] for j in range(4)] for p in PROMPTS[:2]]
+    best = [sorted(m, key=lambda o: -o.cumulative_logprob / len(o.token_ids))[:2] for m in made]
+    r = client.completions.create(**kw)
+    assert [c.text for c in r.choices] == [o.text for b in best for o in b] and [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert len({o.cumulative_logprob / len(o.token_ids) for m in made for o in m}) == 8   # no ties: the order is meant
+    assert r.usage.completion_tokens == sum(len(o.token_ids) for m in made for o in m)
+    assert all(c.logprobs is None for c in r.choices)
+    lp = client.completions.create(**kw, logprobs=1).choices[0].logprobs
+    assert lp.token_logprobs == pytest.approx([e[t].logprob for t, e in zip(best[0][0].token_ids, best[0][0].logprobs)], abs=1e-5)
+    same = client.completions.create(**(kw | {"best_of": 2}))            # best_of = n: the n samples, in order
+    assert [c.text for c in same.choices] == [m[j].text for m in made for j in range(2)]
+    for bad, match in [({"best_of": 1}, "must be at least n=2"), ({"stream": True}, "can't stream")]:
+        with pytest.raises(openai.BadRequestError, match=match):
+            client.completions.create(**(kw | bad))
+
+
 def test_chat_logprobs(llm, client):
     "Chat logprobs: each token's text, logprob and bytes, and its `top_logprobs` likeliest tokens, streamed and not."
     ref = llm.generate(chat_text(llm, CHAT[0]), greedy(6, ignore_eos=True, logprobs=2), use_tqdm=False)[0].outputs[0]
@@ -245,8 +266,8 @@ def test_api_key_required(server):
 def test_errors_through_the_sdk(client):
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="other", prompt="hi", max_tokens=1)
-    with pytest.raises(openai.BadRequestError, match="best_of=2 is not supported"):
-        client.completions.create(model="tiny", prompt="hi", max_tokens=1, best_of=2)
+    with pytest.raises(openai.BadRequestError, match="suffix='x' is not supported"):
+        client.completions.create(model="tiny", prompt="hi", max_tokens=1, suffix="x")
     with pytest.raises(openai.BadRequestError, match="maximum context length is 512"):
         client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=600)
 
