@@ -32,7 +32,8 @@ __all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'St
            'abort_all', 'merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'ServerState',
            'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'best_of',
            'completions', 'output_parser', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models',
-           'metrics', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+           'metrics', 'version', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'http_error',
+           'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -225,7 +226,7 @@ def message_dict(m: ChatMessage) -> dict:
                                          "arguments": json_or_text(c.function.arguments)}} for c in m.tool_calls]
     return d
 
-def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
+def chat_prompt(req: ChatCompletionRequest, tokenizer, add_generation_prompt: bool = True) -> list[list[int]]:
     "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
     if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
     if tokenizer is None or not tokenizer.chat_template: raise OpenAIError("this model has no chat template", param="messages")
@@ -233,7 +234,7 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     if tools and "tools" not in str(tokenizer.chat_template):
         raise OpenAIError("this model's chat template does not take tools", param="tools")
     msgs = [message_dict(m) for m in req.messages]
-    try: text = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True,
+    try: text = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt,
                                               **(req.chat_template_kwargs or {}))
     except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
     return [tokenizer(text, add_special_tokens=False).input_ids]
@@ -755,6 +756,49 @@ async def metrics(request: Request):
     st = server_state(request)
     return PlainTextResponse(prometheus_text(st.engine.stats, st.model_names[0]), media_type="text/plain; version=0.0.4")
 
+async def version(request: Request):
+    from metainfer import __version__
+    return {"version": __version__}
+
+class TokenizeRequest(OpenAIModel):
+    "POST /tokenize (vLLM's): the token ids of a prompt, or of chat messages as the template renders them."
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True             # (a prompt's; the chat template writes a chat's)
+    add_generation_prompt: bool = True          # (a chat's)
+    tools: list[Tool] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+class DetokenizeRequest(OpenAIModel):
+    "POST /detokenize (vLLM's): the text of token ids."
+    model: str | None = None
+    tokens: list[int]
+
+async def tokenize(request: Request):
+    st = server_state(request)
+    req = parse_request(TokenizeRequest, await read_body(request, st.max_body_bytes))
+    check_model(st, req.model)
+    if (req.prompt is None) == (req.messages is None): raise OpenAIError("send either a prompt or messages", param="prompt")
+    if st.tokenizer is None: raise OpenAIError("this model has no tokenizer", param="prompt")
+    def ids() -> list[int]:
+        if req.prompt is not None: return st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
+        chat = ChatCompletionRequest.model_construct(messages=req.messages, tools=req.tools, chat_template_kwargs=req.chat_template_kwargs)
+        return chat_prompt(chat, st.tokenizer, req.add_generation_prompt)[0]
+    tokens = await run_in_threadpool(ids)
+    return {"count": len(tokens), "max_model_len": st.engine.max_model_len, "tokens": tokens,
+            "token_strs": st.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None}
+
+async def detokenize(request: Request):
+    st = server_state(request)
+    req = parse_request(DetokenizeRequest, await read_body(request, st.max_body_bytes))
+    check_model(st, req.model)
+    if st.tokenizer is None: raise OpenAIError("this model has no tokenizer", param="tokens")
+    if bad := [t for t in req.tokens if not 0 <= t < len(st.tokenizer)]:
+        raise OpenAIError(f"token id {bad[0]} is outside the vocabulary (0 to {len(st.tokenizer) - 1})", param="tokens")
+    return {"prompt": await run_in_threadpool(st.tokenizer.decode, req.tokens)}
+
 # %% ../nbs/17_server.ipynb #c053
 def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(e.status_code, "http_error")
@@ -781,6 +825,9 @@ def build_app(engine: AsyncLLMEngine,                   # the engine thread to s
                                       api_key, max_body_bytes, reasoning_parser)
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
+    app.add_api_route("/version", version, methods=["GET"])
+    app.add_api_route("/tokenize", tokenize, methods=["POST"], dependencies=[Depends(check_api_key)])
+    app.add_api_route("/detokenize", detokenize, methods=["POST"], dependencies=[Depends(check_api_key)])
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
     v1.add_api_route("/models", models, methods=["GET"])
     v1.add_api_route("/completions", completions, methods=["POST"])

@@ -272,6 +272,28 @@ def test_errors_through_the_sdk(client):
         client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=600)
 
 
+def test_tokenize_and_detokenize(llm, server, client):
+    "vLLM's /tokenize and /detokenize: a prompt's ids, a chat's as the chat endpoint counts them, and back to text."
+    tok, url, auth = llm.get_tokenizer(), server.url, {"Authorization": f"Bearer {KEY}"}
+    r = httpx.post(f"{url}/tokenize", headers=auth, json={"prompt": PROMPTS[2], "return_token_strs": True}).json()
+    assert (r["tokens"], r["count"], r["max_model_len"]) == (tok(PROMPTS[2]).input_ids, len(tok(PROMPTS[2]).input_ids), MAX_MODEL_LEN)
+    assert r["token_strs"] == tok.convert_ids_to_tokens(r["tokens"])
+    assert httpx.post(f"{url}/detokenize", headers=auth, json={"tokens": r["tokens"]}).json() == {"prompt": PROMPTS[2]}
+    for messages in CHAT:
+        chat = httpx.post(f"{url}/tokenize", headers=auth, json={"messages": messages, "chat_template_kwargs": NO_THINKING}).json()
+        used = client.chat.completions.create(model="tiny", messages=messages, max_tokens=1,
+                                              extra_body={"chat_template_kwargs": NO_THINKING}).usage.prompt_tokens
+        assert chat["tokens"] == tok(chat_text(llm, messages), add_special_tokens=False).input_ids and chat["count"] == used
+    bare = httpx.post(f"{url}/tokenize", headers=auth, json={"messages": CHAT[0], "add_generation_prompt": False}).json()
+    assert tok.decode(bare["tokens"]).endswith("Hello!<|im_end|>\n")
+    for path, body, match in [("/tokenize", {}, "either a prompt or messages"), ("/tokenize", {"prompt": "a", "messages": CHAT[0]}, "either"),
+                              ("/detokenize", {"tokens": [len(tok)]}, "outside the vocabulary"), ("/tokenize", {"prompt": "a", "model": "x"}, "does not exist")]:
+        r = httpx.post(f"{url}{path}", headers=auth, json=body)
+        assert r.status_code in (400, 404) and match in r.json()["error"]["message"]
+    assert httpx.post(f"{url}/tokenize", json={"prompt": "a"}).status_code == 401     # the key, as /v1
+    assert httpx.get(f"{url}/version").json()["version"] == __import__("metainfer").__version__
+
+
 def test_metrics_after_requests(server, client):
     client.completions.create(model="tiny", prompt="hi", max_tokens=3, extra_body={"ignore_eos": True})
     m = parse_metrics(httpx.get(f"{server.url}/metrics").text)

@@ -76,6 +76,9 @@ CASES = [
     ("chat: image content part", "POST", CHAT,
      b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}', AUTH, 400, None),
     ("chat: negative max_completion_tokens", "POST", CHAT, b'{' + MSG + b', "max_completion_tokens": -3}', AUTH, 400, None),
+    ("tokenize: neither prompt nor messages", "POST", "/tokenize", b'{"add_special_tokens": false}', AUTH, 400, "invalid_value"),
+    ("detokenize: tokens as text", "POST", "/detokenize", b'{"tokens": "1 2"}', AUTH, 400, None),
+    ("detokenize: a negative id", "POST", "/detokenize", b'{"tokens": [1, -2]}', AUTH, 400, "invalid_value"),
     ("chat: tool_choice required", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}], '
      b'"tool_choice": "required"}', AUTH, 400, "unsupported_parameter"),
     ("chat: a tool that is no function", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "web_search"}]}', AUTH, 400, None),
