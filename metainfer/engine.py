@@ -54,12 +54,12 @@ class RequestOutput:
 # %% ../nbs/14_engine.ipynb #c006
 class IncrementalDetokenizer:
     "Text of a growing list of token ids, decoded a small window at a time."
-    def __init__(self, tokenizer):
-        self.tokenizer, self.prefix, self.read, self.text = tokenizer, 0, 0, ""
+    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+        self.tokenizer, self.skip, self.prefix, self.read, self.text = tokenizer, skip_special_tokens, 0, 0, ""
 
     def add(self, ids: list[int], final: bool = False) -> str:
         "Feed the full completion ids so far; returns the newly final text (`final`: flush a partial character too)."
-        dec = lambda a, b: self.tokenizer.decode(ids[a:b], skip_special_tokens=True)
+        dec = lambda a, b: self.tokenizer.decode(ids[a:b], skip_special_tokens=self.skip)
         before, now = dec(self.prefix, self.read), dec(self.prefix, len(ids))
         if len(now) <= len(before) or (now.endswith("\ufffd") and not final): return ""
         self.prefix, self.read = self.read, len(ids)
@@ -170,7 +170,7 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
         raise ValueError(f"prompt of {len(ids)} tokens is too long: max_model_len is {self.max_model_len}, "
                          f"which must leave room for at least one new token")
     seq = Sequence(ids, params, self.config.block_size)
-    detok = IncrementalDetokenizer(self.tokenizer) if self.tokenizer is not None else None
+    detok = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens) if self.tokenizer is not None else None
     self.requests[request_id] = self._by_seq[seq.seq_id] = Request(request_id, text, seq, detok, stream,
                                                                    logprobs=None if params.logprobs is None else [])
     self.scheduler.add(seq)
@@ -272,14 +272,23 @@ def _naming_dead_workers(self: LLMEngine):
             time.sleep(0.1)
         raise  # no worker died: the error is rank 0's own
 
+def _stop_token(self: LLMEngine, seq: Sequence) -> int | None:
+    "The token that stopped `seq` (an end-of-sequence or stop token), if one did."
+    t, p = seq.completion_token_ids[-1] if seq.completion_token_ids else None, seq.params
+    if not (seq.is_finished and seq.finish_reason == "stop"): return None
+    return t if t in p.stop_token_ids or (t in self.scheduler.eos_token_ids and not p.ignore_eos) else None
+
 def _output(self: LLMEngine, req: Request) -> RequestOutput:
-    seq, text = req.seq, ""
+    seq, text, p = req.seq, "", req.seq.params
+    stop_token = self._stop_token(seq) if req.stop_reason is None else None
+    if stop_token is not None and stop_token in p.stop_token_ids: req.stop_reason = stop_token  # (vLLM's: not for EOS)
     if req.detok is not None and req.reports:
-        req.detok.add(seq.completion_token_ids, final=seq.is_finished)
+        ids = seq.completion_token_ids   # a stop token's text is left out, as a stop string is
+        req.detok.add(ids if stop_token is None or p.include_stop_str_in_output else ids[:-1], final=seq.is_finished)
         text = req.detok.text
-        hit = min(((text.find(s), s) for s in seq.params.stop if s in text), default=None)
+        hit = min(((text.find(s), s) for s in p.stop if s in text), default=None)
         if hit is not None:
-            text = req.detok.text = text[:hit[0]]
+            text = req.detok.text = text[:hit[0] + (len(hit[1]) if p.include_stop_str_in_output else 0)]
             req.stop_reason = hit[1]
             if not seq.is_finished: self.scheduler.finish(seq, "stop")
             seq.finish_reason = "stop"  # also when the length limit came in the same step
@@ -291,7 +300,7 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
 
 LLMEngine.step, LLMEngine._launch, LLMEngine._read_back, LLMEngine._drop = step, _launch, _read_back, _drop
 LLMEngine._logprob_entry, LLMEngine._token_text = _logprob_entry, _token_text
-LLMEngine._naming_dead_workers, LLMEngine._output = _naming_dead_workers, _output
+LLMEngine._naming_dead_workers, LLMEngine._output, LLMEngine._stop_token = _naming_dead_workers, _output, _stop_token
 
 # %% ../nbs/14_engine.ipynb #c015
 class LLM:

@@ -29,6 +29,8 @@ class SamplingParams:
     stop: str | list[str] | None = None # stop strings (not included in the output text)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False            # keep going past the end-of-sequence token
+    include_stop_str_in_output: bool = False  # keep the stop string, or the stop token's text, at the end of the text
+    skip_special_tokens: bool = True    # leave special tokens (<|im_end|>, ...) out of the text
     logprobs: int | None = None         # the log-probability of each new token and of the k likeliest at its place
     prompt_logprobs: int | None = None  # the same for each prompt token after the first (computed without cache hits)
     presence_penalty: float = 0.0       # subtracted once from the logit of every token the completion holds

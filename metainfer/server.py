@@ -77,6 +77,8 @@ class SamplingRequest(OpenAIModel):
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias
     repetition_penalty: float | None = None     # vLLM's
     min_tokens: int | None = Field(None, ge=0)  # vLLM's
+    include_stop_str_in_output: bool | None = None  # vLLM's
+    skip_special_tokens: bool | None = None         # vLLM's
     return_token_ids: bool | None = None   # vLLM: add prompt and completion token ids to the response
     user: str | None = None
 
@@ -131,6 +133,8 @@ class ChatCompletionRequest(SamplingRequest):
     parallel_tool_calls: bool | None = None    # (every call the model writes is returned)
     response_format: dict | None = None
     chat_template_kwargs: dict[str, Any] | None = None   # e.g. {"enable_thinking": false} for Qwen3
+    add_generation_prompt: bool = True       # vLLM's: open the assistant's turn
+    continue_final_message: bool = False     # vLLM's: continue the last (assistant) message instead
 
 # %% ../nbs/17_server.ipynb #c010
 def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
@@ -185,7 +189,8 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
                                    stop=req.stop, stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos,
                                    logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
                                    frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
-                                   logit_bias=bias, min_tokens=req.min_tokens).items() if v is not None}
+                                   logit_bias=bias, min_tokens=req.min_tokens, include_stop_str_in_output=req.include_stop_str_in_output,
+                                   skip_special_tokens=req.skip_special_tokens).items() if v is not None}
     try: return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
     except ValueError as e: raise OpenAIError(str(e)) from None
 
@@ -226,16 +231,18 @@ def message_dict(m: ChatMessage) -> dict:
                                          "arguments": json_or_text(c.function.arguments)}} for c in m.tool_calls]
     return d
 
-def chat_prompt(req: ChatCompletionRequest, tokenizer, add_generation_prompt: bool = True) -> list[list[int]]:
+def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
     if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
+    if req.add_generation_prompt and req.continue_final_message:
+        raise OpenAIError("continue_final_message needs add_generation_prompt: false", param="continue_final_message")
     if tokenizer is None or not tokenizer.chat_template: raise OpenAIError("this model has no chat template", param="messages")
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     if tools and "tools" not in str(tokenizer.chat_template):
         raise OpenAIError("this model's chat template does not take tools", param="tools")
     msgs = [message_dict(m) for m in req.messages]
-    try: text = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                              **(req.chat_template_kwargs or {}))
+    try: text = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=req.add_generation_prompt,
+                                              continue_final_message=req.continue_final_message, **(req.chat_template_kwargs or {}))
     except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
     return [tokenizer(text, add_special_tokens=False).input_ids]
 
@@ -445,12 +452,15 @@ def response_head(rid: str, model: str, obj: str) -> dict:
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model}
 
 def completion_choice(text: str, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None,
-                      index: int = 0) -> dict:
-    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
+                      index: int = 0, stop_reason: str | int | None = None) -> dict:
+    return ({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason, "stop_reason": stop_reason}
+            | ({"token_ids": token_ids} if token_ids is not None else {}))
 
 def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None,
-                index: int = 0) -> dict:
-    return {"index": index, key: message, "logprobs": logprobs, "finish_reason": finish_reason} | ({"token_ids": token_ids} if token_ids is not None else {})
+                index: int = 0, stop_reason: str | int | None = None) -> dict:
+    "(`stop_reason`, vLLM's: the stop string or stop token id that ended the choice)"
+    return ({"index": index, key: message, "logprobs": logprobs, "finish_reason": finish_reason, "stop_reason": stop_reason}
+            | ({"token_ids": token_ids} if token_ids is not None else {}))
 
 def sse(obj: dict | str) -> str: return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -552,9 +562,9 @@ async def choice_events(c: Choice, req: SamplingRequest, chat: bool, echo: str |
                 delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
                 reason = chat_finish_reason(c, reason)
             if not ((delta if chat else text) or reason or ids or lps): continue
-            tids = o.token_ids[start:] if ids else None
-            if chat: yield chat_choice("delta", delta, reason, tids, lps, c.index), out
-            else: yield completion_choice(text, reason, tids, lps, c.index) | (
+            tids, why = o.token_ids[start:] if ids else None, o.stop_reason if reason else None
+            if chat: yield chat_choice("delta", delta, reason, tids, lps, c.index, why), out
+            else: yield completion_choice(text, reason, tids, lps, c.index, why) | (
                 {"prompt_token_ids": out.prompt_token_ids} if ids and first else {}), out
             first = False
             if lps and not chat: offset += sum(map(len, lps["tokens"]))
@@ -690,7 +700,7 @@ async def completions(request: Request):
         o = out.outputs[0]
         lps = choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer) if req.logprobs is not None else None
         return completion_choice((echoes[c.prompt] if echoes else "") + o.text, o.finish_reason, o.token_ids if ids else None,
-                                 lps, index) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
+                                 lps, index, o.stop_reason) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
     kept = best_of(list(zip(choices, outs)), req.n or 1, candidates_per_prompt(req))
     return JSONResponse(head | {"choices": [choice(i, c, o) for i, (c, o) in enumerate(kept)],
                                 "usage": usage(outs, candidates_per_prompt(req))})  # (every completion made counts)
@@ -709,7 +719,8 @@ async def chat_completions(request: Request):
     def choice(c: Choice, out: RequestOutput) -> dict:
         o = out.outputs[0]
         return chat_choice("message", chat_message(c.parser.feed(o.text, final=True), reasoning),
-                           chat_finish_reason(c, o.finish_reason), o.token_ids if ids else None, choice_logprobs(req, out), c.index)
+                           chat_finish_reason(c, o.finish_reason), o.token_ids if ids else None, choice_logprobs(req, out), c.index,
+                           o.stop_reason)
     return JSONResponse(response_head(rid, model, "chat.completion") | {
         "choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)}
         | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {}))
@@ -767,6 +778,7 @@ class TokenizeRequest(OpenAIModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True             # (a prompt's; the chat template writes a chat's)
     add_generation_prompt: bool = True          # (a chat's)
+    continue_final_message: bool = False        # (a chat's)
     tools: list[Tool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
@@ -784,8 +796,9 @@ async def tokenize(request: Request):
     if st.tokenizer is None: raise OpenAIError("this model has no tokenizer", param="prompt")
     def ids() -> list[int]:
         if req.prompt is not None: return st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
-        chat = ChatCompletionRequest.model_construct(messages=req.messages, tools=req.tools, chat_template_kwargs=req.chat_template_kwargs)
-        return chat_prompt(chat, st.tokenizer, req.add_generation_prompt)[0]
+        chat = ChatCompletionRequest.model_construct(**{k: getattr(req, k) for k in ("messages", "tools", "chat_template_kwargs",
+                                                        "add_generation_prompt", "continue_final_message")})
+        return chat_prompt(chat, st.tokenizer)[0]
     tokens = await run_in_threadpool(ids)
     return {"count": len(tokens), "max_model_len": st.engine.max_model_len, "tokens": tokens,
             "token_strs": st.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None}

@@ -231,8 +231,30 @@ def test_stop_strings_stream_and_not(llm, client):
     kw = dict(model="tiny", prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=[stop, "@@@@@"], extra_body={"ignore_eos": True})
     r = client.completions.create(**kw)
     assert (r.choices[0].text, r.choices[0].finish_reason) == (ref.text, "stop") and stop not in r.choices[0].text
-    streamed = "".join(c.choices[0].text for c in client.completions.create(**kw, stream=True))
-    assert streamed == ref.text
+    streamed = list(client.completions.create(**kw, stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == ref.text
+    assert (r.choices[0].model_extra["stop_reason"], streamed[-1].choices[0].model_extra["stop_reason"]) == (stop, stop)
+    kept = client.completions.create(**(kw | {"extra_body": {"ignore_eos": True, "include_stop_str_in_output": True}}))
+    assert kept.choices[0].text == ref.text + stop
+    ids = llm.generate(chat_text(llm, CHAT[0]), greedy(24, ignore_eos=True), use_tqdm=False)[0].outputs[0].token_ids
+    at = next(i for i in range(24) if ids[i] not in ids[:i])   # (the tiny model may repeat one token)
+    chat = client.chat.completions.create(model="tiny", messages=CHAT[0], max_tokens=24, temperature=0, stop=["@@@@@"],
+                                          extra_body={"ignore_eos": True, "stop_token_ids": [ids[at]], "return_token_ids": True,
+                                                      "chat_template_kwargs": NO_THINKING})
+    c = chat.choices[0]
+    assert (c.finish_reason, c.model_extra["stop_reason"], c.model_extra["token_ids"]) == ("stop", ids[at], ids[:at + 1])
+
+
+def test_continue_final_message(llm, server, client):
+    "vLLM's `continue_final_message`: the last (assistant) message is continued, not closed; the prompt shows it."
+    messages = CHAT[0] + [{"role": "assistant", "content": "Sure, the answer is"}]
+    r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=2, temperature=0,
+                                       extra_body={"add_generation_prompt": False, "continue_final_message": True,
+                                                   "return_token_ids": True, "chat_template_kwargs": NO_THINKING})
+    text = llm.get_tokenizer().apply_chat_template(messages, tokenize=False, continue_final_message=True, **NO_THINKING)
+    assert text.endswith("the answer is") and r.model_extra["prompt_token_ids"] == llm.get_tokenizer()(text).input_ids
+    with pytest.raises(openai.BadRequestError, match="continue_final_message needs add_generation_prompt: false"):
+        client.chat.completions.create(model="tiny", messages=messages, extra_body={"continue_final_message": True})
 
 
 def test_seeded_sampling_is_reproducible(client):
