@@ -13,7 +13,7 @@ __all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'partial_tag', 'opens_reas
 # %% ../nbs/16_chat_parsing.ipynb #5dc40e8a
 THINK = ("<think>", "</think>")
 TOOL_CALL = ("<tool_call>", "</tool_call>")
-REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both put the model's reasoning between <think> and </think>
+REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both think between <think> and </think>; R1's output starts inside
 
 # %% ../nbs/16_chat_parsing.ipynb #35b1a476
 def partial_tag(text: str, tag: str) -> int:
@@ -22,8 +22,8 @@ def partial_tag(text: str, tag: str) -> int:
 
 # %% ../nbs/16_chat_parsing.ipynb #56a32e9a
 def opens_reasoning(prompt_tail: str) -> bool:
-    "Whether a rendered prompt (its end is enough) leaves a `<think>` open, so the output starts inside the reasoning."
-    return prompt_tail.rfind(THINK[0]) > prompt_tail.rfind(THINK[1])
+    "Whether a rendered prompt (its end is enough) ends by opening `<think>`, so the output starts inside the reasoning."
+    return prompt_tail.rstrip().endswith(THINK[0])
 
 # %% ../nbs/16_chat_parsing.ipynb #121b5b08
 def parse_tool_call(body: str) -> dict | None:
@@ -31,7 +31,7 @@ def parse_tool_call(body: str) -> dict | None:
     try: call = json.loads(body)
     except ValueError: return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str): return None
-    args = call.get("arguments", {})
+    args = call.get("arguments", call.get("parameters", {}))   # (some models write "parameters")
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
             "function": {"name": call["name"], "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
 
@@ -46,6 +46,7 @@ class ChatOutputParser:
         self.tools, self.num_calls, self.buf, self.space = tools, 0, "", ""  # space: held before a <tool_call>
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
         self.after_think = False   # newlines right after </think> are dropped
+        self.after_call = False    # nothing but whitespace since the last tool call (which is then dropped)
 
     def feed(self, text: str, final: bool = False) -> dict:
         "The next piece of output (`final`: the last) -> what it completes: `reasoning_content`, `content`, `tool_calls`."
@@ -57,6 +58,9 @@ class ChatOutputParser:
     def _take(self, n: int) -> str:
         s, self.buf = self.buf[:n], self.buf[n:]
         return s
+
+    def _say(self, out: dict, text: str) -> None:
+        if text: out["content"], self.after_call = out["content"] + text, False
 
     def _start(self, out, final) -> bool:      # does the output open with <think>? (also where the prompt opened one)
         head = self.buf.lstrip()
@@ -81,18 +85,18 @@ class ChatOutputParser:
             self.after_think = False
         if self.tools and (start := self.buf.find(TOOL_CALL[0])) >= 0:
             before = self._take(start)
-            out["content"] += before.rstrip()
+            self._say(out, before.rstrip())
             self.space = before[len(before.rstrip()):]     # dropped if a call follows, kept if not
             self._take(len(TOOL_CALL[0]))
             self.mode = "tool"
             return True
         if not self.tools: keep = 0
-        elif final: keep = len(self.buf) if self.num_calls and not self.buf.strip() else 0  # whitespace after the calls
+        elif final: keep = len(self.buf) if self.after_call and not self.buf.strip() else 0  # whitespace after the calls
         else:   # a tag may be starting; whitespace before it may come before a call
             tag = partial_tag(self.buf, TOOL_CALL[0])
             rest = self.buf[:len(self.buf) - tag]
             keep = tag + len(rest) - len(rest.rstrip())
-        out["content"] += self._take(len(self.buf) - keep)
+        self._say(out, self._take(len(self.buf) - keep))
         if final: self.buf = ""
         return False
 
@@ -103,8 +107,8 @@ class ChatOutputParser:
         closed = self._take(len(TOOL_CALL[1])) if end >= 0 else ""
         if (call := parse_tool_call(body)) is not None:
             out["tool_calls"].append({"index": self.num_calls} | call)
-            self.num_calls += 1
-        else: out["content"] += self.space + TOOL_CALL[0] + body + closed   # not a call after all: nothing is lost
+            self.num_calls, self.after_call = self.num_calls + 1, True
+        else: self._say(out, self.space + TOOL_CALL[0] + body + closed)   # not a call after all: nothing is lost
         self.space = ""
         self.mode = "content"
         return True

@@ -163,6 +163,7 @@ def candidates_per_prompt(req: SamplingRequest) -> int:
     n, best_of = req.n or 1, getattr(req, "best_of", None) or req.n or 1
     if best_of < n: raise OpenAIError(f"best_of={best_of} must be at least n={n}", param="best_of")
     if best_of > n and req.stream: raise OpenAIError("best_of > n can't stream: the best are known only at the end", param="best_of")
+    if best_of > n and req.temperature == 0: raise OpenAIError("best_of > n needs sampling: greedy samples are all the same", param="best_of")
     return best_of
 
 def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
@@ -238,6 +239,7 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
         raise OpenAIError("continue_final_message needs add_generation_prompt: false", param="continue_final_message")
     if tokenizer is None or not tokenizer.chat_template: raise OpenAIError("this model has no chat template", param="messages")
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    if req.tool_choice not in (None, "none") and not tools: raise OpenAIError("tool_choice needs tools", param="tool_choice")
     if tools and "tools" not in str(tokenizer.chat_template):
         raise OpenAIError("this model's chat template does not take tools", param="tools")
     msgs = [message_dict(m) for m in req.messages]
@@ -707,9 +709,9 @@ async def completions(request: Request):
 
 def output_parser(st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]) -> ChatOutputParser:
     "How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the request sends tools."
-    reasoning = st.reasoning_parser is not None
-    return ChatOutputParser(reasoning, tools=bool(req.tools) and req.tool_choice != "none",
-                            in_reasoning=reasoning and opens_reasoning(st.tokenizer.decode(prompt_ids[-16:])))
+    reasoning = st.reasoning_parser is not None     # (DeepSeek-R1's output starts inside its reasoning, whatever the prompt)
+    return ChatOutputParser(reasoning, tools=bool(req.tools) and req.tool_choice != "none", in_reasoning=reasoning and (
+        st.reasoning_parser == "deepseek_r1" or opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))))
 
 async def chat_completions(request: Request):
     req, model, choices, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser)

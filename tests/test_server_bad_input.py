@@ -49,6 +49,7 @@ CASES = [
     ("n over 128", "POST", CMPL, b'{"prompt": "x", "n": 129}', AUTH, 400, None),
     ("best_of below n", "POST", CMPL, b'{"prompt": "x", "best_of": 2, "n": 3}', AUTH, 400, "invalid_value"),
     ("best_of over 128", "POST", CMPL, b'{"prompt": "x", "best_of": 129}', AUTH, 400, None),
+    ("best_of > n greedy", "POST", CMPL, b'{"prompt": "x", "best_of": 2, "temperature": 0}', AUTH, 400, "invalid_value"),
     ("best_of > n streamed", "POST", CMPL, b'{"prompt": "x", "best_of": 2, "stream": true}', AUTH, 400, "invalid_value"),
     ("logprobs over 20", "POST", CMPL, b'{"prompt": "x", "logprobs": 21}', AUTH, 400, "invalid_value"),
     ("negative logprobs", "POST", CMPL, b'{"prompt": "x", "logprobs": -1}', AUTH, 400, "invalid_value"),

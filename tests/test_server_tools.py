@@ -116,7 +116,16 @@ def test_reasoning_cut_off_by_max_tokens(served, client):
     assert r.choices[0].finish_reason == "length" and m.content == "" and m.model_extra["reasoning_content"].startswith("\nA long")
 
 
+def test_a_tag_in_the_question_is_no_reasoning(served, client):
+    "Only a prompt that ends by opening <think> starts the output inside the reasoning; a user may write the tag."
+    will_write(served, "It is a tag.")
+    r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "What is <think>"}], max_tokens=20)
+    assert (r.choices[0].message.content, r.choices[0].message.model_extra["reasoning_content"]) == ("It is a tag.", None)
+
+
 def test_unsupported_tool_choice_is_refused(served, client):
     for choice in ("required", {"type": "function", "function": {"name": "now"}}):
         with pytest.raises(openai.BadRequestError, match="tool_choice"):
             client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=choice)
+    with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
+        client.chat.completions.create(model="tiny", messages=ASK, tool_choice="auto")
