@@ -6,7 +6,7 @@
 from __future__ import annotations
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Iterator
 import torch
@@ -20,7 +20,7 @@ from .runner import ModelRunner, LaunchedStep
 
 # %% auto #0
 __all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'Request', 'LLMEngine', 'add_request',
-           'abort_request', 'has_unfinished_requests', 'step', 'LLM']
+           'abort_request', 'has_unfinished_requests', 'step', 'chat_token_ids', 'LLM']
 
 # %% ../nbs/14_engine.ipynb #c004
 @dataclass
@@ -156,6 +156,7 @@ def add_request(self: LLMEngine, request_id: str, prompt: str | list[int], param
     "Queue a request; a `ValueError` says why if it can't be served. `stream=False`: text only when finished."
     params = params or SamplingParams()
     if request_id in self.requests: raise ValueError(f"request id {request_id!r} is already in use")
+    if params.n != 1: raise ValueError("one completion per engine request: LLM and the server make n requests (SamplingParams.fan_out)")
     if self.tokenizer is None and (isinstance(prompt, str) or params.stop):
         raise ValueError("this model has no tokenizer: pass token ids, and no stop strings")
     if isinstance(prompt, str):
@@ -302,6 +303,18 @@ LLMEngine.step, LLMEngine._launch, LLMEngine._read_back, LLMEngine._drop = step,
 LLMEngine._logprob_entry, LLMEngine._token_text = _logprob_entry, _token_text
 LLMEngine._naming_dead_workers, LLMEngine._output, LLMEngine._stop_token = _naming_dead_workers, _output, _stop_token
 
+# %% ../nbs/14_engine.ipynb #97a4d0e0
+def chat_token_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = True,
+                   continue_final_message: bool = False, **template_kwargs) -> list[int]:
+    """A conversation rendered by the tokenizer's chat template (with `tools`, if any), as token ids ready for the model:
+    the assistant's turn opened, or (`continue_final_message`) its last message left open to continue."""
+    if tokenizer is None or not tokenizer.chat_template: raise ValueError("this model has no chat template")
+    if tools and "tools" not in str(tokenizer.chat_template): raise ValueError("this model's chat template does not take tools")
+    if add_generation_prompt and continue_final_message: raise ValueError("continue_final_message needs add_generation_prompt: false")
+    text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         continue_final_message=continue_final_message, **template_kwargs)
+    return tokenizer(text, add_special_tokens=False).input_ids
+
 # %% ../nbs/14_engine.ipynb #c015
 class LLM:
     "Offline inference: `LLM(model_dir).generate(prompts, SamplingParams(...))`."
@@ -321,37 +334,64 @@ class LLM:
     def __del__(self):
         if "engine" in self.__dict__: self.engine.shutdown()
 
-    def _submit(self, prompts, sampling_params, stream: bool) -> list[str]:
+    def _submit(self, prompts, sampling_params, stream: bool) -> list[list[str]]:
+        "Add one engine request per completion (`n` per prompt); returns their ids, a list per prompt."
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)): prompts = [prompts]
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts): raise ValueError("need one SamplingParams per prompt, or one for all")
-        ids = [str(next(self._ids)) for _ in prompts]
-        for i, (rid, p, sp) in enumerate(zip(ids, prompts, params)):
-            try: self.engine.add_request(rid, p, sp, stream)
+        groups = []
+        for i, (p, sp) in enumerate(zip(prompts, params)):
+            rid = str(next(self._ids))
+            groups.append([rid] if sp.n == 1 else [f"{rid}-{j}" for j in range(sp.n)])
+            try:
+                for member, q in zip(groups[-1], sp.fan_out()): self.engine.add_request(member, p, q, stream)
             except ValueError as e:
-                self._abort(ids)
+                self._abort(groups)
                 raise ValueError(f"prompt {i}: {e}") from None
-        return ids
+        return groups
 
-    def _abort(self, ids: list[str]) -> None:
-        for rid in ids: self.engine.abort_request(rid)
+    def _abort(self, groups: list[list[str]]) -> None:
+        for rid in (r for g in groups for r in g): self.engine.abort_request(rid)
+
+    @staticmethod
+    def _merged(group: list[str], latest: dict[str, RequestOutput]) -> RequestOutput:
+        "A prompt's output from its requests' latest: its `n` completions in order (one not started yet is empty)."
+        have = [latest[r] for r in group if r in latest]
+        if len(group) == 1: return have[0]
+        empty = lambda j: CompletionOutput(j, "", [])
+        outs = [replace(latest[r].outputs[0], index=j) if r in latest else empty(j) for j, r in enumerate(group)]
+        return RequestOutput(group[0].rsplit("-", 1)[0], have[0].prompt, have[0].prompt_token_ids, outs,
+                             len(have) == len(group) and all(o.finished for o in have), have[0].prompt_logprobs)
 
     def stream(self, prompts, sampling_params=None) -> Iterator[RequestOutput]:
-        "Submit `prompts` and yield every request's output each time it advances."
-        ids = self._submit(prompts, sampling_params, stream=True)
+        "Submit `prompts` and yield a prompt's output (all its `n` completions) each time one of them advances."
+        groups = self._submit(prompts, sampling_params, stream=True)
+        group_of, latest = {r: g for g in groups for r in g}, {}
         try:
-            while self.engine.has_unfinished_requests(): yield from self.engine.step()
-        finally: self._abort(ids)  # a consumer that stops early leaves nothing queued
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    latest[out.request_id] = out
+                    yield self._merged(group_of[out.request_id], latest)
+        finally: self._abort(groups)  # a consumer that stops early leaves nothing queued
 
     def generate(self, prompts: str | list[str] | list[int] | list[list[int]], sampling_params=None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
-        "Complete every prompt; outputs in prompt order."
-        ids = self._submit(prompts, sampling_params, stream=False)
+        "Complete every prompt (`n` times, with `SamplingParams(n=...)`); outputs in prompt order."
+        groups = self._submit(prompts, sampling_params, stream=False)
         done: dict[str, RequestOutput] = {}
         try:
-            with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
+            with tqdm(total=sum(map(len, groups)), desc="generating", disable=not use_tqdm) as bar:
                 while self.engine.has_unfinished_requests():
                     for out in self.engine.step():
                         if out.finished: done[out.request_id] = out; bar.update()
-        finally: self._abort(ids)  # on Ctrl-C or an error: nothing left queued for the next call
-        return [done[i] for i in ids]
+        finally: self._abort(groups)  # on Ctrl-C or an error: nothing left queued for the next call
+        return [self._merged(g, done) for g in groups]
+
+    def chat(self, messages: list[dict] | list[list[dict]], sampling_params=None, use_tqdm: bool = True,
+             tools: list[dict] | None = None, add_generation_prompt: bool = True, continue_final_message: bool = False,
+             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+        "Complete a conversation (a list of messages) or several, rendered by the tokenizer's chat template (`chat_token_ids`)."
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [chat_token_ids(self.get_tokenizer(), c, tools, add_generation_prompt, continue_final_message,
+                                  **(chat_template_kwargs or {})) for c in conversations]
+        return self.generate(prompts, sampling_params, use_tqdm)

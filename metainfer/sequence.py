@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum, auto
 from itertools import count
 
@@ -38,10 +38,12 @@ class SamplingParams:
     repetition_penalty: float = 1.0     # divides positive (multiplies negative) logits of tokens in prompt or completion
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     min_tokens: int = 0                 # no end-of-sequence or stop token before this many completion tokens
+    n: int = 1                          # completions of the prompt (`LLM.generate` and the server make one request each)
 
     def __post_init__(self):
         if isinstance(self.stop, str): self.stop = [self.stop]
         self.stop = list(self.stop or [])
+        if self.n < 1: raise ValueError(f"n must be >= 1, got {self.n}")
         if not self.temperature >= 0: raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1: raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1: raise ValueError(f"top_k must be -1 (all) or a positive count, got {self.top_k}")
@@ -66,6 +68,10 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool: return self.temperature == 0
+
+    def fan_out(self) -> list[SamplingParams]:
+        "One `SamplingParams` per completion of the `n`; with a seed, completion `j` draws with `seed + j` (vLLM's rule)."
+        return [replace(self, n=1, seed=None if self.seed is None else self.seed + j) for j in range(self.n)]
 
 # %% ../nbs/10_sequence.ipynb #c008
 class SequenceStatus(Enum):

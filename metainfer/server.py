@@ -17,7 +17,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from .engine import LLMEngine, RequestOutput, CompletionOutput, Logprob
+from .engine import LLMEngine, RequestOutput, CompletionOutput, Logprob, chat_token_ids
 from .sequence import SamplingParams
 from .chat_parsing import ChatOutputParser, REASONING_PARSERS, opens_reasoning
 
@@ -235,18 +235,12 @@ def message_dict(m: ChatMessage) -> dict:
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
     if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
-    if req.add_generation_prompt and req.continue_final_message:
-        raise OpenAIError("continue_final_message needs add_generation_prompt: false", param="continue_final_message")
-    if tokenizer is None or not tokenizer.chat_template: raise OpenAIError("this model has no chat template", param="messages")
+    if req.tool_choice not in (None, "none") and not req.tools: raise OpenAIError("tool_choice needs tools", param="tool_choice")
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    if req.tool_choice not in (None, "none") and not tools: raise OpenAIError("tool_choice needs tools", param="tool_choice")
-    if tools and "tools" not in str(tokenizer.chat_template):
-        raise OpenAIError("this model's chat template does not take tools", param="tools")
     msgs = [message_dict(m) for m in req.messages]
-    try: text = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=req.add_generation_prompt,
-                                              continue_final_message=req.continue_final_message, **(req.chat_template_kwargs or {}))
+    try: return [chat_token_ids(tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message,
+                                **(req.chat_template_kwargs or {}))]
     except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
-    return [tokenizer(text, add_special_tokens=False).input_ids]
 
 # %% ../nbs/17_server.ipynb #c020
 @dataclass(frozen=True)
@@ -665,8 +659,7 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
         raise OpenAIError(f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} completions a request", param="n")
     params = [sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts]  # every prompt checked first
     # with a seed, choice j draws with seed + j (as vLLM does): n different samples
-    specs = [(i, ids, replace(p, seed=p.seed + j) if p.seed is not None and j else p)
-             for i, (ids, p) in enumerate(zip(prompts, params)) for j in range(n)]
+    specs = [(i, ids, q) for i, (ids, p) in enumerate(zip(prompts, params)) for q in replace(p, n=n).fan_out()]
     rid = f"{prefix}-{uuid.uuid4().hex}"
     added = await asyncio.gather(*(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
                                  return_exceptions=True)    # all at once: the engine takes them in one step
