@@ -75,7 +75,8 @@ class Request:
     seq: Sequence
     detok: IncrementalDetokenizer | None
     stream: bool = True             # text after every step; otherwise only at the end (unless stop strings need it)
-    stop_reason: str | None = None
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended it
+    searched: int = 0                     # the text's length when stop strings were last looked for
     logprobs: list[dict[int, Logprob]] | None = None  # one dict per new token, if the request asks for logprobs
     cumulative_logprob: float = 0.0
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # once its prompt was computed, if it asks
@@ -287,7 +288,10 @@ def _output(self: LLMEngine, req: Request) -> RequestOutput:
         ids = seq.completion_token_ids   # a stop token's text is left out, as a stop string is
         req.detok.add(ids if stop_token is None or p.include_stop_str_in_output else ids[:-1], final=seq.is_finished)
         text = req.detok.text
-        hit = min(((text.find(s), s) for s in p.stop if s in text), default=None)
+        new_from, req.searched = req.searched, len(text)   # stop strings are looked for where the text is new, and
+        hit = None                                          # not before min_tokens (as in vLLM)
+        if p.stop and len(ids) > p.min_tokens:
+            hit = min(((i, s) for s in p.stop if (i := text.find(s, max(0, new_from - len(s) + 1))) >= 0), default=None)
         if hit is not None:
             text = req.detok.text = text[:hit[0] + (len(hit[1]) if p.include_stop_str_in_output else 0)]
             req.stop_reason = hit[1]
@@ -366,12 +370,14 @@ class LLM:
     def stream(self, prompts, sampling_params=None) -> Iterator[RequestOutput]:
         "Submit `prompts` and yield a prompt's output (all its `n` completions) each time one of them advances."
         groups = self._submit(prompts, sampling_params, stream=True)
-        group_of, latest = {r: g for g in groups for r in g}, {}
+        group_of, latest = {r: tuple(g) for g in groups for r in g}, {}
         try:
             while self.engine.has_unfinished_requests():
+                advanced = {}                  # (a prompt's output once a step, however many of its `n` advanced)
                 for out in self.engine.step():
                     latest[out.request_id] = out
-                    yield self._merged(group_of[out.request_id], latest)
+                    advanced.setdefault(group_of.get(out.request_id, (out.request_id,)), None)  # (or another caller's)
+                yield from (self._merged(list(g), latest) for g in advanced)
         finally: self._abort(groups)  # a consumer that stops early leaves nothing queued
 
     def generate(self, prompts: str | list[str] | list[int] | list[list[int]], sampling_params=None,
@@ -392,6 +398,9 @@ class LLM:
              chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
         "Complete a conversation (a list of messages) or several, rendered by the tokenizer's chat template (`chat_token_ids`)."
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        prompts = [chat_token_ids(self.get_tokenizer(), c, tools, add_generation_prompt, continue_final_message,
-                                  **(chat_template_kwargs or {})) for c in conversations]
-        return self.generate(prompts, sampling_params, use_tqdm)
+        tok = self.get_tokenizer()
+        prompts = [chat_token_ids(tok, c, tools, add_generation_prompt, continue_final_message, **(chat_template_kwargs or {}))
+                   for c in conversations]
+        outs = self.generate(prompts, sampling_params, use_tqdm)
+        for o in outs: o.prompt = tok.decode(o.prompt_token_ids)   # the rendered conversation, as vLLM reports it
+        return outs

@@ -93,10 +93,9 @@ Scheduler.launched = launched
 # %% ../nbs/11_scheduler.ipynb #c009
 def finish_reason(self: Scheduler, seq: Sequence, token_id: int) -> str | None:
     "Why `seq` stops after `token_id`, or `None`."
-    p = seq.params
+    p, known = seq.params, seq.num_known
+    if known - seq.num_prompt_tokens >= p.max_tokens or known >= self.max_model_len: return "length"  # (first, as vLLM)
     if (token_id in self.eos_token_ids and not p.ignore_eos) or token_id in p.stop_token_ids: return "stop"
-    known = seq.num_known
-    if known - seq.num_prompt_tokens >= p.max_tokens or known >= self.max_model_len: return "length"
     return None
 
 def finish(self: Scheduler, seq: Sequence, reason: str) -> None:
