@@ -30,10 +30,10 @@ __all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'St
            'text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
            'chat_logprobs', 'choice_logprobs', 'echo_texts', 'Choice', 'chat_message', 'chat_finish_reason',
            'abort_all', 'merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'ServerState',
-           'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'event_stream', 'best_of',
-           'completions', 'output_parser', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health', 'models',
-           'metrics', 'version', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize', 'http_error',
-           'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+           'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'add_choices', 'event_stream',
+           'best_of', 'completions', 'output_parser', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health',
+           'models', 'metrics', 'version', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize',
+           'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -224,8 +224,8 @@ def json_or_text(s: str) -> Any:
     except ValueError: return s
 
 def message_dict(m: ChatMessage) -> dict:
-    "A message as chat templates take it."
-    d = {"role": m.role, "content": message_text(m)} | ({"name": m.name} if m.name else {})
+    "A message as chat templates take it (a `developer` message is OpenAI's newer name for a system message)."
+    d = {"role": "system" if m.role == "developer" else m.role, "content": message_text(m)} | ({"name": m.name} if m.name else {})
     if m.tool_call_id: d["tool_call_id"] = m.tool_call_id
     if m.reasoning_content is not None: d["reasoning_content"] = m.reasoning_content
     if m.tool_calls: d["tool_calls"] = [{"id": c.id, "type": c.type, "function": {"name": c.function.name,
@@ -650,6 +650,10 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
     `parser_of(state, request, prompt ids)`: each choice's `ChatOutputParser`."""
     st = server_state(request)
     req = parse_request(cls, await read_body(request, st.max_body_bytes))
+    return (req, *await add_choices(st, req, prompts_of, prefix, parser_of))
+
+async def add_choices(st: ServerState, req: SamplingRequest, prompts_of, prefix: str, parser_of=None):
+    "`submit` for a parsed request: returns `(model name, choices, request id)`."
     model = check_model(st, req.model)
     try: prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
     except OpenAIError: raise
@@ -670,7 +674,7 @@ async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefi
         if isinstance(failed[0], ValueError): raise OpenAIError(str(failed[0]), param="prompt") from None
         if isinstance(failed[0], EngineError): raise OpenAIError(str(failed[0]), 503, "engine_unavailable", type="server_error") from None
         raise failed[0]
-    return req, model, choices, rid
+    return model, choices, rid
 
 def event_stream(events: AsyncIterator[str], choices: list[Choice]) -> StreamingResponse:
     "SSE response; the background task aborts the requests even if the events never started."
@@ -840,6 +844,8 @@ def build_app(engine: AsyncLLMEngine,                   # the engine thread to s
     v1.add_api_route("/models", models, methods=["GET"])
     v1.add_api_route("/completions", completions, methods=["POST"])
     v1.add_api_route("/chat/completions", chat_completions, methods=["POST"])
+    from metainfer.responses import responses       # (17b_responses builds on this module)
+    v1.add_api_route("/responses", responses, methods=["POST"])
     app.include_router(v1)
     app.add_exception_handler(OpenAIError, lambda request, e: e.response())
     app.add_exception_handler(StarletteHTTPException, http_error)

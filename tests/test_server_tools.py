@@ -129,3 +129,45 @@ def test_unsupported_tool_choice_is_refused(served, client):
             client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=choice)
     with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
         client.chat.completions.create(model="tiny", messages=ASK, tool_choice="auto")
+
+
+RESPONSE_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]   # (the Responses API spells them flat)
+
+
+def test_responses_api_items(served, client):
+    "/v1/responses: reasoning, message and function_call items, streamed (events in order) and not, alike."
+    will_write(served, ANSWER)
+    r = client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100)
+    assert [o.type for o in r.output] == ["reasoning", "message", "function_call", "function_call"]
+    assert (r.status, r.output_text, r.output[0].content[0].text) == ("completed", "Let me look.", "\nThe user wants the weather.\n")
+    assert [(o.name, json.loads(o.arguments)) for o in r.output[2:]] == CALLS and r.usage.output_tokens > 10
+    will_write(served, ANSWER)
+    events = list(client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100,
+                                          stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert (events[0].type, events[-1].type) == ("response.created", "response.completed")
+    final = events[-1].response
+    assert [o.model_dump(exclude={"id", "call_id"}) for o in final.output] == [o.model_dump(exclude={"id", "call_id"}) for o in r.output]
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Let me look."
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "\nThe user wants the weather.\n"
+
+
+def test_responses_api_second_turn_and_limits(served, client):
+    "Earlier calls and their outputs go back as input items: the prompt is the chat's; max_output_tokens marks it incomplete."
+    _, _, tok = served
+    first = [{"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+             {"type": "function_call_output", "call_id": "c1", "output": '{"temperature": 21}'}]
+    will_write(served, "It is 21 degrees.")
+    r = client.responses.create(model="tiny", input=[{"role": "user", "content": "Weather in Paris?"}, *first],
+                                instructions="Be terse.", tools=RESPONSE_TOOLS)
+    messages = [{"role": "system", "content": "Be terse."}, *ASK,
+                {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": '{"temperature": 21}'}]
+    text = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert r.usage.input_tokens == len(tok(text, add_special_tokens=False).input_ids) and r.output_text == "It is 21 degrees."
+    will_write(served, "<think>\nA long thought that never ends")
+    cut = client.responses.create(model="tiny", input="Hi", max_output_tokens=4)
+    assert (cut.status, cut.incomplete_details.reason, cut.usage.output_tokens) == ("incomplete", "max_output_tokens", 4)
+    with pytest.raises(openai.BadRequestError, match="stores no responses"):
+        client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")
