@@ -14,9 +14,8 @@ from .server import (OpenAIModel, OpenAIError, ChatCompletionRequest, Choice, En
                               server_state, add_choices, chat_prompt, output_parser, final_outputs, text_deltas, event_stream)
 
 # %% auto #0
-__all__ = ['InputContent', 'InputItem', 'FunctionTool', 'ResponsesRequest', 'chat_request', 'new_id', 'reasoning_item',
-           'message_item', 'function_call_item', 'response_object', 'output_items', 'ResponseEvents', 'response_events',
-           'responses']
+__all__ = ['InputContent', 'InputItem', 'FunctionTool', 'TextConfig', 'ResponsesRequest', 'chat_request', 'new_id',
+           'function_call_item', 'response_object', 'ResponseEvents', 'response_events', 'responses']
 
 # %% ../nbs/17b_responses.ipynb #0e6ef387
 class InputContent(OpenAIModel):
@@ -24,10 +23,11 @@ class InputContent(OpenAIModel):
     text: str
 
 class InputItem(OpenAIModel):
-    "An item of a response's input: a message, an earlier function call or its output (reasoning items are skipped)."
-    type: Literal["message", "function_call", "function_call_output", "reasoning"] = "message"
+    "An item of a response's input: a message, a reasoning, an earlier function call or its output."
+    type: Literal["message", "reasoning", "function_call", "function_call_output"] = "message"
     role: Literal["user", "system", "developer", "assistant"] | None = None
     content: str | list[InputContent] | None = None
+    summary: list[InputContent] | None = None  # (a reasoning item's, when it has no content)
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
@@ -41,10 +41,13 @@ class FunctionTool(OpenAIModel):
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
+class TextConfig(OpenAIModel):
+    format: dict[str, Any] | None = None
+
 class ResponsesRequest(OpenAIModel):
     "POST /v1/responses: OpenAI's Responses API, stateless (nothing is stored)."
     model: str | None = None
-    input: str | list[InputItem]
+    input: list[InputItem] | str
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
@@ -56,7 +59,7 @@ class ResponsesRequest(OpenAIModel):
     previous_response_id: str | None = None
     background: bool | None = None
     store: bool | None = None                  # (accepted; nothing is stored)
-    text: dict | None = None
+    text: TextConfig | None = None
     reasoning: dict | None = None              # (accepted; the model thinks as its template asks)
     metadata: dict[str, str] | None = None
     user: str | None = None
@@ -67,37 +70,35 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     if req.previous_response_id: raise OpenAIError("previous_response_id: this server stores no responses; send the "
                                                    "whole conversation as input", code="unsupported_parameter", param="previous_response_id")
     if req.background: raise OpenAIError("background responses are not supported", code="unsupported_parameter", param="background")
-    if ((req.text or {}).get("format") or {}).get("type", "text") != "text":
+    if ((req.text and req.text.format) or {}).get("type", "text") != "text":
         raise OpenAIError("text.format other than text is not supported", code="unsupported_parameter", param="text")
     messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    def assistant() -> dict:   # the assistant turn that a reasoning, its text and its calls make up together
+        if not (messages and messages[-1]["role"] == "assistant"): messages.append({"role": "assistant", "content": ""})
+        return messages[-1]
+    text_of = lambda parts: parts if isinstance(parts, str) else "\n".join(p.text for p in parts or [])  # (as chats join parts)
     for i, it in enumerate([InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input):
-        if it.type == "message":
+        if it.type == "reasoning": assistant()["reasoning_content"] = text_of(it.content or it.summary)
+        elif it.type == "message" and it.role == "assistant" and not (m := assistant())["content"] and "tool_calls" not in m:
+            m["content"] = text_of(it.content)
+        elif it.type == "message":
             if it.role is None: raise OpenAIError(f"input[{i}]: a message needs a role", param="input")
-            text = it.content if isinstance(it.content, str) else "".join(p.text for p in it.content or [])
-            messages.append({"role": it.role, "content": text})
+            messages.append({"role": it.role, "content": text_of(it.content)})
         elif it.type == "function_call":
             if None in (it.call_id, it.name, it.arguments): raise OpenAIError(f"input[{i}]: a function_call needs call_id, name and arguments", param="input")
-            if not (messages and messages[-1]["role"] == "assistant"): messages.append({"role": "assistant", "content": ""})
-            messages[-1].setdefault("tool_calls", []).append({"id": it.call_id, "type": "function",
-                                                              "function": {"name": it.name, "arguments": it.arguments}})
-        elif it.type == "function_call_output":
+            assistant().setdefault("tool_calls", []).append({"id": it.call_id, "type": "function",
+                                                             "function": {"name": it.name, "arguments": it.arguments}})
+        else:
             if it.call_id is None: raise OpenAIError(f"input[{i}]: a function_call_output needs a call_id", param="input")
             messages.append({"role": "tool", "tool_call_id": it.call_id, "content": it.output or ""})
     tools = [{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})} for t in req.tools or []]
     return ChatCompletionRequest.model_validate({
         "model": req.model, "messages": messages, "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
-        "top_p": req.top_p, "stream": req.stream, "tools": tools or None, "tool_choice": req.tool_choice,
+        "top_p": req.top_p, "stream": req.stream, "tools": tools or None, "tool_choice": req.tool_choice if tools else None,
         "parallel_tool_calls": req.parallel_tool_calls}, strict=False)
 
 # %% ../nbs/17b_responses.ipynb #3c0c960f
 def new_id(prefix: str) -> str: return f"{prefix}_{uuid.uuid4().hex}"
-
-def reasoning_item(text: str, id: str, status: str = "completed") -> dict:
-    return {"type": "reasoning", "id": id, "summary": [], "content": [{"type": "reasoning_text", "text": text}], "status": status}
-
-def message_item(text: str, id: str, status: str = "completed") -> dict:
-    return {"type": "message", "id": id, "role": "assistant", "status": status,
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
 def function_call_item(call: dict, id: str, status: str = "completed") -> dict:
     return {"type": "function_call", "id": id, "call_id": call["id"], "name": call["function"]["name"],
@@ -121,81 +122,72 @@ def response_object(rid: str, model: str, req: ResponsesRequest, status: str = "
             "store": False, "usage": usage}
 
 # %% ../nbs/17b_responses.ipynb #e2676379
-def output_items(parts: dict) -> list[dict]:
-    "A whole response's output items from what `ChatOutputParser` gave: reasoning, the message, the function calls."
-    items = [reasoning_item(parts["reasoning_content"], new_id("rs"))] if parts["reasoning_content"] else []
-    if parts["content"] or not parts["tool_calls"]: items.append(message_item(parts["content"], new_id("msg")))
-    return items + [function_call_item(c, new_id("fc")) for c in parts["tool_calls"]]
-
 class ResponseEvents:
-    """The server-sent events of a streamed response, from the parser's deltas: each output item is added, grows by
-    deltas and is done before the next one starts."""
+    "The items of a response and, streamed, its events, from `ChatOutputParser`'s deltas."
     def __init__(self, rid: str, model: str, req: ResponsesRequest):
-        self.rid, self.model, self.req, self.seq, self.items, self.open = rid, model, req, 0, [], None  # open: the growing item
-
-    def start(self) -> list[str]:
-        head = response_object(self.rid, self.model, self.req)
-        return [self.event("response.created", response=head), self.event("response.in_progress", response=head)]
+        self.rid, self.model, self.req, self.seq = rid, model, req, 0
+        self.items, self.open, self.calls = [], None, []   # open: the item text deltas grow; calls: held to the end
 
     def event(self, type: str, **fields) -> str:
         self.seq += 1
         body = {"type": type, "sequence_number": self.seq - 1} | fields
         return f"event: {type}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
+    def start(self) -> list[str]:
+        head = response_object(self.rid, self.model, self.req)
+        return [self.event("response.created", response=head), self.event("response.in_progress", response=head)]
+
     def _add(self, item: dict) -> list[str]:
         self.items.append(item)
         return [self.event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
 
-    def _close(self) -> list[str]:
+    def _where(self) -> dict: return {"item_id": self.items[-1]["id"], "output_index": len(self.items) - 1}
+
+    def _close(self, status: str = "completed") -> list[str]:
         if self.open is None: return []
-        item, i, self.open = self.items[-1], len(self.items) - 1, None
-        item["status"] = "completed"
-        text = item["content"][0]["text"]
-        if item["type"] == "reasoning":
-            evs = [self.event("response.reasoning_text.done", item_id=item["id"], output_index=i, content_index=0, text=text)]
-        else:
-            evs = [self.event("response.output_text.done", item_id=item["id"], output_index=i, content_index=0, text=text, logprobs=[]),
-                   self.event("response.content_part.done", item_id=item["id"], output_index=i, content_index=0, part=item["content"][0])]
-        return evs + [self.event("response.output_item.done", output_index=i, item=item)]
+        item, kind, self.open = self.items[-1], self.open, None
+        item["status"], part = status, item["content"][0]
+        done = "response.reasoning_text.done" if kind == "reasoning" else "response.output_text.done"
+        return [self.event(done, **self._where(), content_index=0, text=part["text"], **({} if kind == "reasoning" else {"logprobs": []})),
+                self.event("response.content_part.done", **self._where(), content_index=0, part=part),
+                self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)]
 
     def _grow(self, kind: str, text: str) -> list[str]:
         evs = []
         if self.open != kind:
             evs += self._close()
-            make = reasoning_item if kind == "reasoning" else message_item
-            evs += self._add(make("", new_id("rs" if kind == "reasoning" else "msg"), "in_progress"))
-            item = self.items[-1]
-            if kind == "message":
-                evs.append(self.event("response.content_part.added", item_id=item["id"], output_index=len(self.items) - 1,
-                                      content_index=0, part=dict(item["content"][0])))
+            fields = {"type": "reasoning", "summary": []} if kind == "reasoning" else {"type": "message", "role": "assistant"}
+            evs += self._add({"id": new_id("rs" if kind == "reasoning" else "msg"), "status": "in_progress", "content": []} | fields)
+            part = {"type": "reasoning_text", "text": ""} if kind == "reasoning" else {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            evs.append(self.event("response.content_part.added", **self._where(), content_index=0, part=dict(part)))
+            self.items[-1]["content"].append(part)
             self.open = kind
-        item = self.items[-1]
-        item["content"][0]["text"] += text
+        self.items[-1]["content"][0]["text"] += text
         delta = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
-        return evs + [self.event(delta, item_id=item["id"], output_index=len(self.items) - 1, content_index=0, delta=text,
-                                 **({} if kind == "reasoning" else {"logprobs": []}))]
+        return evs + [self.event(delta, **self._where(), content_index=0, delta=text, **({} if kind == "reasoning" else {"logprobs": []}))]
 
     def feed(self, parts: dict) -> list[str]:
-        "The events of one delta of the parser."
+        "The events of one delta of the parser (function calls are held until the end)."
         evs = self._grow("reasoning", parts["reasoning_content"]) if parts["reasoning_content"] else []
         if parts["content"]: evs += self._grow("message", parts["content"])
-        for call in parts["tool_calls"]:
-            evs += self._close()
-            item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
-            evs += self._add(item)
-            i, args = len(self.items) - 1, call["function"]["arguments"]
-            evs.append(self.event("response.function_call_arguments.delta", item_id=item["id"], output_index=i, delta=args))
-            evs.append(self.event("response.function_call_arguments.done", item_id=item["id"], output_index=i, arguments=args))
-            item |= {"arguments": args, "status": "completed"}
-            evs.append(self.event("response.output_item.done", output_index=i, item=item))
+        self.calls += parts["tool_calls"]
         return evs
 
     def finish(self, out: RequestOutput) -> list[str]:
-        "The events that close the response: an empty message if nothing came, then `response.completed` (or incomplete)."
-        evs = [] if self.items else self._grow("message", "")
-        evs += self._close()
-        final = response_object(self.rid, self.model, self.req, "completed", self.items, out)
-        return evs + [self.event("response." + ("incomplete" if final["status"] == "incomplete" else "completed"), response=final)]
+        "The events that end the response: its open item done, its function calls, then `response.completed`."
+        cut = out.outputs[0].finish_reason == "length"
+        evs = [] if self.items or self.calls else self._grow("message", "")   # (an empty answer is an empty message)
+        evs += self._close("incomplete" if cut and not self.calls else "completed")
+        for call in self.calls:
+            item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
+            evs += self._add(item)
+            args = call["function"]["arguments"]
+            evs += [self.event("response.function_call_arguments.delta", **self._where(), delta=args),
+                    self.event("response.function_call_arguments.done", **self._where(), arguments=args)]
+            item |= {"arguments": args, "status": "completed"}
+            evs.append(self.event("response.output_item.done", output_index=len(self.items) - 1, item=item))
+        self.final = response_object(self.rid, self.model, self.req, "completed", self.items, out)
+        return evs + [self.event("response.completed", response=self.final)]
 
 # %% ../nbs/17b_responses.ipynb #c9456b6b
 async def response_events(c: Choice, rid: str, model: str, req: ResponsesRequest) -> AsyncIterator[str]:
@@ -214,7 +206,10 @@ async def responses(request: Request):
     st = server_state(request)
     req = parse_request(ResponsesRequest, await read_body(request, st.max_body_bytes))
     model, choices, rid = await add_choices(st, chat_request(req), chat_prompt, "resp", output_parser)
+    rid = rid.replace("resp-", "resp_", 1)   # (OpenAI's spelling)
     if req.stream: return event_stream(response_events(choices[0], rid, model, req), choices)
-    out = (await final_outputs(choices, request))[0]
-    parts = choices[0].parser.feed(out.outputs[0].text, final=True)
-    return JSONResponse(response_object(rid, model, req, "completed", output_items(parts), out))
+    out, c = (await final_outputs(choices, request))[0], choices[0]
+    ev = ResponseEvents(rid, model, req)
+    ev.feed(c.parser.feed(out.outputs[0].text, final=True))
+    ev.finish(out)
+    return JSONResponse(ev.final)

@@ -138,7 +138,7 @@ def test_responses_api_items(served, client):
     "/v1/responses: reasoning, message and function_call items, streamed (events in order) and not, alike."
     will_write(served, ANSWER)
     r = client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100)
-    assert [o.type for o in r.output] == ["reasoning", "message", "function_call", "function_call"]
+    assert [o.type for o in r.output] == ["reasoning", "message", "function_call", "function_call"] and r.id.startswith("resp_")
     assert (r.status, r.output_text, r.output[0].content[0].text) == ("completed", "Let me look.", "\nThe user wants the weather.\n")
     assert [(o.name, json.loads(o.arguments)) for o in r.output[2:]] == CALLS and r.usage.output_tokens > 10
     will_write(served, ANSWER)
@@ -146,10 +146,18 @@ def test_responses_api_items(served, client):
                                           stream=True))
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert (events[0].type, events[-1].type) == ("response.created", "response.completed")
-    final = events[-1].response
-    assert [o.model_dump(exclude={"id", "call_id"}) for o in final.output] == [o.model_dump(exclude={"id", "call_id"}) for o in r.output]
+    same = lambda items: [o.model_dump(exclude={"id", "call_id"}) for o in items]
+    assert same(events[-1].response.output) == same(r.output)
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Let me look."
     assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "\nThe user wants the weather.\n"
+    for cut in (100, 5):     # the SDK's own stream helper checks the events' order and builds the response from them
+        will_write(served, ANSWER)
+        with client.responses.stream(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=cut) as s:
+            final = s.get_final_response()
+        assert final.status == ("completed" if cut == 100 else "incomplete")
+        if cut == 100:   # (the helper's own types add a `parsed` field)
+            assert ([o.type for o in final.output], final.output_text) == ([o.type for o in r.output], r.output_text)
+            assert [(o.name, o.arguments) for o in final.output[2:]] == [(o.name, o.arguments) for o in r.output[2:]]
 
 
 def test_responses_api_second_turn_and_limits(served, client):
@@ -166,6 +174,19 @@ def test_responses_api_second_turn_and_limits(served, client):
                 {"role": "tool", "tool_call_id": "c1", "content": '{"temperature": 21}'}]
     text = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
     assert r.usage.input_tokens == len(tok(text, add_special_tokens=False).input_ids) and r.output_text == "It is 21 degrees."
+    will_write(served, ANSWER)                 # a previous response's output sent back as it is, reasoning included
+    done = client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS)
+    will_write(served, "It is 21 degrees.")
+    back = [o.model_dump(exclude_none=True) for o in done.output]
+    r = client.responses.create(model="tiny", input=[{"role": "user", "content": "Weather in Paris?"}, *back,
+                                *[{"type": "function_call_output", "call_id": o.call_id, "output": "ok"} for o in done.output[2:]]],
+                                tools=RESPONSE_TOOLS)
+    calls = [{"id": o.call_id, "type": "function", "function": {"name": o.name, "arguments": json.loads(o.arguments)}} for o in done.output[2:]]
+    messages = [*ASK, {"role": "assistant", "content": "Let me look.", "reasoning_content": "\nThe user wants the weather.\n",
+                       "tool_calls": calls}, *[{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]]
+    text = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert "<think>\nThe user wants the weather.\n</think>" in text
+    assert r.usage.input_tokens == len(tok(text, add_special_tokens=False).input_ids)
     will_write(served, "<think>\nA long thought that never ends")
     cut = client.responses.create(model="tiny", input="Hi", max_output_tokens=4)
     assert (cut.status, cut.incomplete_details.reason, cut.usage.output_tokens) == ("incomplete", "max_output_tokens", 4)
