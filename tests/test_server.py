@@ -339,7 +339,8 @@ def test_serve_command(ckpt):
     exe = Path(sys.executable).parent / "metainfer"
     env = os.environ | {"METAINFER_API_KEY": "env-key", "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([str(exe), "serve", str(ckpt), "--port", "0", "--device", "cpu", "--num-kv-blocks", "64",
-                          "--max-model-len", "256", "--served-model-name", "tiny", "--log-level", "warning"],
+                          "--max-model-len", "256", "--served-model-name", "tiny", "--log-level", "warning",
+                          "--reasoning-parser", "qwen3"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         line = ""
@@ -355,6 +356,8 @@ def test_serve_command(ckpt):
         assert httpx.get(f"{url}/v1/models", headers=auth).json()["data"][0]["max_model_len"] == 256
         r = httpx.post(f"{url}/v1/completions", headers=auth, json={"model": "tiny", "prompt": "hi", "max_tokens": 3})
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 3
+        r = httpx.post(f"{url}/v1/chat/completions", headers=auth, json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+        assert "reasoning_content" in r.json()["choices"][0]["message"]     # the flag reached the app
     finally:
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=30) == 0
