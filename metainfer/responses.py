@@ -92,9 +92,11 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             if it.call_id is None: raise OpenAIError(f"input[{i}]: a function_call_output needs a call_id", param="input")
             messages.append({"role": "tool", "tool_call_id": it.call_id, "content": it.output or ""})
     tools = [{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})} for t in req.tools or []]
+    choice = req.tool_choice   # (a named function is flat here too: {"type": "function", "name": ...})
+    if isinstance(choice, dict) and "name" in choice: choice = {"type": choice.get("type"), "function": {"name": choice["name"]}}
     return ChatCompletionRequest.model_validate({
         "model": req.model, "messages": messages, "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
-        "top_p": req.top_p, "stream": req.stream, "tools": tools or None, "tool_choice": req.tool_choice if tools else None,
+        "top_p": req.top_p, "stream": req.stream, "tools": tools or None, "tool_choice": choice if tools else None,
         "parallel_tool_calls": req.parallel_tool_calls}, strict=False)
 
 # %% ../nbs/17b_responses.ipynb #3c0c960f

@@ -19,21 +19,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from .engine import LLMEngine, RequestOutput, CompletionOutput, Logprob, chat_token_ids
 from .sequence import SamplingParams
-from .chat_parsing import ChatOutputParser, REASONING_PARSERS, opens_reasoning
+from .chat_parsing import ChatOutputParser, REASONING_PARSERS, TOOL_CALL, opens_reasoning
 
 # %% auto #0
 __all__ = ['INT64', 'ACCEPTED', 'MAX_CHOICES', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest',
            'CompletionRequest', 'ContentPart', 'FunctionDefinition', 'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage',
            'ChatCompletionRequest', 'parse_request', 'unsupported', 'candidates_per_prompt', 'sampling_params',
-           'prompt_list', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'chat_prompt',
-           'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine', 'add_request',
-           'text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
-           'chat_logprobs', 'choice_logprobs', 'echo_texts', 'Choice', 'chat_message', 'chat_finish_reason',
-           'abort_all', 'merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'ServerState',
-           'server_state', 'check_api_key', 'read_body', 'check_model', 'submit', 'add_choices', 'event_stream',
-           'best_of', 'completions', 'output_parser', 'chat_completions', 'prometheus_text', 'parse_metrics', 'health',
-           'models', 'metrics', 'version', 'TokenizeRequest', 'DetokenizeRequest', 'tokenize', 'detokenize',
-           'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+           'prompt_list', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'forced_call',
+           'chat_prompt', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine',
+           'add_request', 'text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse',
+           'completion_logprobs', 'chat_logprobs', 'choice_logprobs', 'echo_texts', 'Choice', 'chat_message',
+           'chat_finish_reason', 'abort_all', 'merged', 'choice_events', 'stream_events', 'wait_disconnect',
+           'final_outputs', 'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'submit',
+           'add_choices', 'event_stream', 'best_of', 'completions', 'output_parser', 'chat_completions',
+           'prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'version', 'TokenizeRequest',
+           'DetokenizeRequest', 'tokenize', 'detokenize', 'http_error', 'internal_error', 'build_app', 'bind_socket',
+           'ServerThread', 'serve_main']
 
 # %% ../nbs/17_server.ipynb #c004
 class OpenAIError(Exception):
@@ -153,8 +154,7 @@ def unsupported(req: SamplingRequest) -> str | None:
     if isinstance(req, CompletionRequest):
         checks |= {"suffix": bool(req.suffix)}
     if isinstance(req, ChatCompletionRequest):
-        checks |= {"tool_choice": req.tool_choice not in (None, "none", "auto"),  # (would need constrained decoding)
-                   "response_format": (req.response_format or {}).get("type", "text") != "text"}
+        checks |= {"response_format": (req.response_format or {}).get("type", "text") != "text"}
     return next((k for k, bad in checks.items() if bad), None)
 
 # %% ../nbs/17_server.ipynb #c014
@@ -232,15 +232,31 @@ def message_dict(m: ChatMessage) -> dict:
                                          "arguments": json_or_text(c.function.arguments)}} for c in m.tool_calls]
     return d
 
+def forced_call(req: ChatCompletionRequest) -> str:
+    """How the reply must start for `tool_choice`: `"required"` opens a call, a named function opens that call ("" for
+    `"auto"` or `"none"`). The model writes the rest: no constrained decoding, so arguments that don't parse stay text."""
+    tc = req.tool_choice
+    if tc in (None, "none", "auto"): return ""
+    if tc == "required": return TOOL_CALL[0] + '\n{"name": "'
+    name = (tc.get("function") or {}).get("name") if tc.get("type") == "function" else None
+    if not isinstance(name, str):
+        raise OpenAIError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}', param="tool_choice")
+    if name not in [t.function.name for t in req.tools or []]:
+        raise OpenAIError(f"tool_choice names {name!r}, which is not one of the tools", param="tool_choice")
+    return TOOL_CALL[0] + '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
     if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
     if req.tool_choice not in (None, "none") and not req.tools: raise OpenAIError("tool_choice needs tools", param="tool_choice")
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    msgs = [message_dict(m) for m in req.messages]
-    try: return [chat_token_ids(tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message,
-                                **(req.chat_template_kwargs or {}))]
+    msgs, start = [message_dict(m) for m in req.messages], forced_call(req)
+    if start and req.continue_final_message:
+        raise OpenAIError("a forced tool_choice can't continue the final message", param="tool_choice")
+    try: ids = chat_token_ids(tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message,
+                              **(req.chat_template_kwargs or {}))
     except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
+    return [ids + (tokenizer(start, add_special_tokens=False).input_ids if start else [])]   # (the reply's forced start)
 
 # %% ../nbs/17_server.ipynb #c020
 @dataclass(frozen=True)
@@ -706,9 +722,11 @@ async def completions(request: Request):
 
 def output_parser(st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]) -> ChatOutputParser:
     "How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the request sends tools."
-    reasoning = st.reasoning_parser is not None     # (DeepSeek-R1's output starts inside its reasoning, whatever the prompt)
-    return ChatOutputParser(reasoning, tools=bool(req.tools) and req.tool_choice != "none", in_reasoning=reasoning and (
+    reasoning, start = st.reasoning_parser is not None, forced_call(req)   # (a forced call starts the reply: it reads that first)
+    parser = ChatOutputParser(reasoning and not start, tools=bool(req.tools) and req.tool_choice != "none", in_reasoning=reasoning and (
         st.reasoning_parser == "deepseek_r1" or opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))))
+    if start: parser.feed(start)
+    return parser
 
 async def chat_completions(request: Request):
     req, model, choices, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser)

@@ -85,8 +85,8 @@ CASES = [
     ("tokenize: neither prompt nor messages", "POST", "/tokenize", b'{"add_special_tokens": false}', AUTH, 400, "invalid_value"),
     ("detokenize: tokens as text", "POST", "/detokenize", b'{"tokens": "1 2"}', AUTH, 400, None),
     ("detokenize: a negative id", "POST", "/detokenize", b'{"tokens": [1, -2]}', AUTH, 400, "invalid_value"),
-    ("chat: tool_choice required", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}], '
-     b'"tool_choice": "required"}', AUTH, 400, "unsupported_parameter"),
+    ("chat: tool_choice naming no tool", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}], '
+     b'"tool_choice": {"type": "function", "function": {"name": "g"}}}', AUTH, 400, "invalid_value"),
     ("chat: a tool that is no function", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "web_search"}]}', AUTH, 400, None),
     ("chat: a function without a name", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {}}]}', AUTH, 400, None),
     ("chat: tool call arguments not a string", "POST", CHAT, b'{"messages": [{"role": "assistant", "tool_calls": [{"type": '

@@ -123,10 +123,22 @@ def test_a_tag_in_the_question_is_no_reasoning(served, client):
     assert (r.choices[0].message.content, r.choices[0].message.model_extra["reasoning_content"]) == ("It is a tag.", None)
 
 
-def test_unsupported_tool_choice_is_refused(served, client):
-    for choice in ("required", {"type": "function", "function": {"name": "now"}}):
-        with pytest.raises(openai.BadRequestError, match="tool_choice"):
-            client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice=choice)
+def test_tool_choice_required_or_named_starts_the_call(served, client):
+    "A named function (or `required`) starts the reply with that call (or a call); the model writes the rest."
+    _, _, tok = served
+    will_write(served, '{"city": "Paris"}}\n</tool_call>')
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, extra_body={"return_token_ids": True},
+                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert (calls_of(r.choices[0].message.tool_calls), r.choices[0].finish_reason) == ([CALLS[0]], "tool_calls")
+    assert tok.decode(r.model_extra["prompt_token_ids"]).endswith('assistant\n<tool_call>\n{"name": "get_weather", "arguments": ')
+    will_write(served, 'now", "arguments": {}}\n</tool_call>')
+    chunks = list(client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", stream=True))
+    assert calls_of([t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]) == [CALLS[1]]
+    will_write(served, '{"city": ')       # arguments that never close stay text: nothing is made up
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "now"}})
+    assert (r.choices[0].message.tool_calls, r.choices[0].message.content) == (None, '<tool_call>\n{"name": "now", "arguments": {"city": ')
+    with pytest.raises(openai.BadRequestError, match="not one of the tools"):
+        client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "f"}})
     with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
         client.chat.completions.create(model="tiny", messages=ASK, tool_choice="auto")
 
@@ -190,5 +202,8 @@ def test_responses_api_second_turn_and_limits(served, client):
     will_write(served, "<think>\nA long thought that never ends")
     cut = client.responses.create(model="tiny", input="Hi", max_output_tokens=4)
     assert (cut.status, cut.incomplete_details.reason, cut.usage.output_tokens) == ("incomplete", "max_output_tokens", 4)
+    will_write(served, '{"city": "Paris"}}\n</tool_call>')
+    forced = client.responses.create(model="tiny", input="Weather?", tools=RESPONSE_TOOLS, tool_choice={"type": "function", "name": "get_weather"})
+    assert [(o.type, getattr(o, "name", None)) for o in forced.output] == [("function_call", "get_weather")]
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
         client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")
