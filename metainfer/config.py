@@ -4,13 +4,14 @@
 
 # %% ../nbs/01_config.ipynb #c001
 from __future__ import annotations
-import json
-from dataclasses import dataclass, field
+import argparse, json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['ARCHITECTURES', 'model_family', 'ModelConfig', 'load_model_config', 'EngineConfig']
+__all__ = ['ARCHITECTURES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
+           'EngineConfig', 'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #c005
 ARCHITECTURES: dict[str, str] = {
@@ -87,33 +88,76 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(path.read_text()))
 
 # %% ../nbs/01_config.ipynb #c017
+KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")  # element-wise, MoE and MLA kernels
+ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
+
+def arg(default: Any, help: str, **flag: Any) -> Any:
+    "A dataclass field that is also a command-line flag: `help` and argparse options (`choices`, `alias`)."
+    return field(default=default, metadata={"help": help, **flag})
+
 @dataclass
 class EngineConfig:
-    "What one engine is asked to do: which model, where, how parallel, and the scheduler's limits."
-    model: str                              # checkpoint folder (config.json, *.safetensors, tokenizer)
-    tensor_parallel_size: int = 1
-    expert_parallel_size: int | None = None # MoE: experts split this many ways (a divisor of TP; default: TP)
-    dtype: str = "auto"                     # "auto" | "float32" | "bfloat16" | "float16"
-    device: str = "auto"                    # "auto" | "cpu" | "cuda"
-    block_size: int = 16                    # tokens per KV block
-    num_kv_blocks: int | None = None        # None: sized from `kv_cache_memory_gb` (CPU) or free GPU memory
-    kv_cache_memory_gb: float = 1.0         # CPU KV budget when `num_kv_blocks` is None
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256                 # sequences in one decode batch
-    max_num_batched_tokens: int = 8192      # tokens in one prefill batch (raised to max_model_len if smaller)
-    max_model_len: int | None = None        # prompt + completion; None: the config's max_position_embeddings
-    enable_prefix_caching: bool = True
-    enforce_eager: bool = False             # GPU: no CUDA graphs
-    async_scheduling: bool = True           # prepare step N+1 while the GPU runs step N (read tokens back a step late)
-    disable_custom_all_reduce: bool = False # GPU TP: NCCL for every all-reduce (no symmetric-memory one-shot)
-    kernel_backend: str = "auto"            # "auto" (vLLM's if it imports, else Triton on GPU; torch on CPU) | "torch" | "triton" | "vllm"
-    attention_backend: str = "auto"         # "auto" (GPU: flash_attn if it imports, else varlen if PyTorch has it, else triton) | "torch" | "triton" | "varlen" | "flash_attn"
-    seed: int = 0
+    "What one engine is asked to do: which model, where, how parallel, the scheduler's limits, which kernels."
+    model: str  # checkpoint folder (config.json, *.safetensors, tokenizer)
+    tensor_parallel_size: int = arg(1, "ranks each layer is split over", alias="-tp")
+    expert_parallel_size: int | None = arg(None, "MoE: experts split this many ways (a divisor of TP; "
+                                                 "default: TP)")
+    dtype: str = arg("auto", "auto: the checkpoint's on GPU, float32 on CPU",
+                     choices=("auto", "float32", "bfloat16", "float16"))
+    device: str = arg("auto", "auto: CUDA if available, else CPU")
+    block_size: int = arg(16, "tokens per KV block")
+    num_kv_blocks: int | None = arg(None, "KV pool size in blocks (default: from memory)")
+    kv_cache_memory_gb: float = arg(1.0, "CPU: KV budget when --num-kv-blocks is not given")
+    gpu_memory_utilization: float = arg(0.9, "share of GPU memory the engine may use")
+    max_num_seqs: int = arg(256, "sequences in one decode batch")
+    max_num_batched_tokens: int = arg(8192, "tokens in one prefill batch (raised to max_model_len if "
+                                            "smaller)")
+    max_model_len: int | None = arg(None, "prompt + completion (default: the config's "
+                                          "max_position_embeddings)")
+    enable_prefix_caching: bool = arg(True, "reuse the KV blocks of a prompt's cached prefix")
+    enforce_eager: bool = arg(False, "GPU: no CUDA graphs")
+    async_scheduling: bool = arg(True, "prepare step N+1 while the GPU runs step N")
+    disable_custom_all_reduce: bool = arg(False, "GPU TP: NCCL for every all-reduce")
+    kernel_backend: str = arg("auto", "element-wise, MoE and MLA kernels (auto: vLLM's if it imports, "
+                                      "else Triton on GPU, torch on CPU)", choices=KERNEL_BACKENDS)
+    attention_backend: str = arg("auto", "auto: flash_attn if it imports, else the kernel backend's own",
+                                 choices=ATTENTION_BACKENDS)
+    pdl: bool = arg(True, "Hopper: Triton kernels launch with programmatic dependent launch")
+    seed: int = arg(0, "the engine's base seed")
 
     def __post_init__(self):
-        if self.tensor_parallel_size < 1: raise ValueError("tensor_parallel_size must be >= 1")
+        if self.tensor_parallel_size < 1:
+            raise ValueError("tensor_parallel_size must be >= 1")
         if self.expert_parallel_size and self.tensor_parallel_size % self.expert_parallel_size:
             raise ValueError("expert_parallel_size must divide tensor_parallel_size")
-        if self.block_size < 1: raise ValueError("block_size must be >= 1")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"): raise ValueError(f"unknown dtype {self.dtype!r}")
-        if self.max_num_seqs < 1: raise ValueError("max_num_seqs must be >= 1")
+        if self.block_size < 1:
+            raise ValueError("block_size must be >= 1")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"unknown dtype {self.dtype!r}")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+
+# %% ../nbs/01_config.ipynb #9cb2ef52
+def _flag_type(annotation: str) -> type:
+    "The argparse type of a field annotated `annotation` (a string, under `from __future__ import annotations`)."
+    return next(t for t in (bool, int, float, str) if t.__name__ in annotation)
+
+def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argparse.ArgumentParser:
+    "One flag per `EngineConfig` field (`--max-model-len`, ...), with the field's help; `defaults` override."
+    for f in fields(EngineConfig):
+        if "help" not in f.metadata:
+            continue
+        kind, default = _flag_type(f.type), defaults.get(f.name, f.default)
+        names = [f"--{f.name.replace('_', '-')}", *([f.metadata["alias"]] if "alias" in f.metadata else [])]
+        options = {"default": default, "help": f.metadata["help"], "dest": f.name}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options.update(type=kind, choices=f.metadata.get("choices"))
+        parser.add_argument(*names, **options)
+    return parser
+
+def engine_config(args: argparse.Namespace, model: str, **overrides: Any) -> EngineConfig:
+    "The `EngineConfig` of parsed `add_engine_args` flags, for `model`."
+    given = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}
+    return EngineConfig(**(given | {"model": model} | overrides))
