@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from .kernels import Ops, Rope
+from .kernels import Rope
 
 # %% auto #0
-__all__ = ['BATCH_BUCKETS', 'attention_ops', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool',
-           'gather_kv', 'TorchAttention', 'Attention']
+__all__ = ['BATCH_BUCKETS', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool', 'gather_kv',
+           'TorchAttention', 'Attention']
 
 # %% ../nbs/07_attention.ipynb #c004
 @dataclass
@@ -125,16 +125,17 @@ class TorchAttention:
                                              enable_gqa=True)                                             # [B, H, 1, D]
         return out.squeeze(2)
 
-attention_ops = Ops(("store_kv", "prefill", "decode")).use(TorchAttention())
 
 # %% ../nbs/07_attention.ipynb #c017
 class Attention(nn.Module):
     "Attention over this layer's part of the paged KV pool."
     kv_parts = 2  # K and V: what this layer needs from the KV pool per token, with num_kv_heads and head_dim
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float):
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float,
+                 kernels: TorchAttention = TorchAttention()):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim, self.scale = num_heads, num_kv_heads, head_dim, scale
+        self.kernels = kernels
         self.k_cache = self.v_cache = None
 
     def bind_kv_cache(self, k_cache: Tensor, v_cache: Tensor) -> None:
@@ -142,7 +143,9 @@ class Attention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, rope: Rope | None = None) -> Tensor:
         "`q` `[T, H, D]`, `k`/`v` `[T, Hk, D]` (before `rope`, if given) -> `[T, H, D]`."
-        if not meta.is_prefill: return attention_ops.decode(q, k, v, self.k_cache, self.v_cache, meta, self.scale, rope)
-        if rope is not None: q, k = rope(q, k)
-        attention_ops.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-        return attention_ops.prefill(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        if not meta.is_prefill:
+            return self.kernels.decode(q, k, v, self.k_cache, self.v_cache, meta, self.scale, rope)
+        if rope is not None:
+            q, k = rope(q, k)
+        self.kernels.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
+        return self.kernels.prefill(q, k, v, self.k_cache, self.v_cache, meta, self.scale)

@@ -56,7 +56,7 @@ def bench_serve_cmd(args) -> None:
 
 def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
     "`--kernel-backend` and `--attention-backend` (`EngineConfig.kernel_backend` / `attention_backend`)."
-    from metainfer.runner import KERNEL_BACKENDS, ATTENTION_BACKENDS
+    from metainfer.config import KERNEL_BACKENDS, ATTENTION_BACKENDS
     p.add_argument("--kernel-backend", default="auto", choices=KERNEL_BACKENDS,
                    help="element-wise, MoE and MLA kernels (auto: vLLM's if it imports, else Triton on GPU, torch on CPU)")
     p.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from torch import nn, Tensor
 from .config import ModelConfig
+from .backends import Backend
+from .distributed import ParallelInfo
 from .kernels import RMSNorm
 from .qwen import DecoderLayer
 from .embedding import VocabParallelEmbedding, ParallelLMHead
@@ -20,19 +22,25 @@ __all__ = ['DeepseekDecoderLayer', 'DeepseekModel', 'DeepseekForCausalLM']
 # %% ../nbs/09c_deepseek.ipynb #c004
 class DeepseekDecoderLayer(DecoderLayer):
     "Qwen's block with MLA attention, and a MoE or a dense MLP."
-    def __init__(self, cfg: ModelConfig, i: int, rotary, ep_size: int | None = None):
-        mlp = (DeepseekMoE(cfg, ep_size, reduce_results=False) if is_moe_layer(cfg, i)
-               else DeepseekMLP(cfg.hidden_size, cfg.intermediate_size, reduce_results=False))
-        super().__init__(MLA(cfg, rotary, reduce_results=False), mlp, cfg.hidden_size, cfg.rms_norm_eps)
+    def __init__(self, cfg: ModelConfig, i: int, rotary, tp: ParallelInfo, backend: Backend):
+        ops = backend.ops
+        if is_moe_layer(cfg, i):
+            mlp = DeepseekMoE(cfg, None, False, tp, ops, backend.moe)
+        else:
+            mlp = DeepseekMLP(cfg.hidden_size, cfg.intermediate_size, False, tp=tp, kernels=ops)
+        attn = MLA(cfg, rotary, False, tp, ops, backend.mla)
+        super().__init__(attn, mlp, cfg.hidden_size, cfg.rms_norm_eps, tp, ops)
 
 # %% ../nbs/09c_deepseek.ipynb #c005
 class DeepseekModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, ep_size: int | None = None):
+    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
         super().__init__()
-        rotary = mla_rotary(cfg)
-        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, reduce_results=False)
-        self.layers = nn.ModuleList(DeepseekDecoderLayer(cfg, i, rotary, ep_size) for i in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        rotary = mla_rotary(cfg, backend.ops)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp, reduce_results=False,
+                                                   kernels=backend.ops)
+        self.layers = nn.ModuleList(DeepseekDecoderLayer(cfg, i, rotary, tp, backend)
+                                    for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.ops)
 
     def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         x, residual = self.embed_tokens(input_ids), None
@@ -44,12 +52,12 @@ class DeepseekForCausalLM(nn.Module):
     "DeepSeek-V2 / V3 causal LM."
     packed_modules_mapping = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), **MLA.packed_modules_mapping}
 
-    def __init__(self, cfg: ModelConfig, expert_parallel_size: int | None = None):
+    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
         super().__init__()
         self.config = cfg
         self.expert_params_mapping = expert_params_mapping(cfg.hf.get("n_routed_experts") or 0)
-        self.model = DeepseekModel(cfg, expert_parallel_size)
-        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)
+        self.model = DeepseekModel(cfg, tp, backend)
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp, kernels=backend.ops)
         if cfg.tie_word_embeddings: self.lm_head.weight = self.model.embed_tokens.weight
 
     def skip_checkpoint_keys(self, name: str) -> bool:

@@ -10,20 +10,27 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from .kernels import ops
+from .kernels import TorchKernels
 
 # %% auto #0
-__all__ = ['TorchDistCommunicator', 'SymmMemCommunicator', 'same_on_every_rank', 'check_all_reduce', 'ControlChannel',
-           'ParallelInfo', 'get_tp', 'set_tp', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel',
+__all__ = ['PushedPartial', 'TorchDistCommunicator', 'SymmMemCommunicator', 'same_on_every_rank', 'check_all_reduce',
+           'ControlChannel', 'ParallelInfo', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel',
            'install_stack_dumps', 'free_port']
 
 # %% ../nbs/04_distributed.ipynb #c004
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
 
-def _add_rms_norm_of_sum(total: Tensor, residual: Tensor | None, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    "`add_rms_norm(total → residual's dtype, residual)`; without a residual (embedding rows) `(rms_norm(total), total)`."
-    if residual is None: return ops.rms_norm(total, weight, eps), total
-    return ops.add_rms_norm(total.to(residual.dtype), residual, weight, eps)
+def _add_rms_norm_of_sum(total: Tensor, residual: Tensor | None, weight: Tensor, eps: float,
+                         kernels: TorchKernels) -> tuple[Tensor, Tensor]:
+    "`add_rms_norm(total → residual's dtype, residual)`; no residual (embedding rows): `(rms_norm(total), total)`."
+    if residual is None:
+        return kernels.rms_norm(total, weight, eps), total
+    return kernels.add_rms_norm(total.to(residual.dtype), residual, weight, eps)
+
+@dataclass(frozen=True)
+class PushedPartial:
+    "A rank's partial sums that the GEMV computing them already pushed to its peers, for the fused all-reduce."
+    value: Tensor  # [1, N] float32
 
 class TorchDistCommunicator:
     "Collectives over a `torch.distributed` process group (gloo on CPU, NCCL on GPU)."
@@ -43,15 +50,16 @@ class TorchDistCommunicator:
         dist.broadcast(x, src=src, group=self.group)
         return x
 
-    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
-                                eps: float) -> tuple[Tensor, Tensor]:
+    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor, eps: float,
+                                kernels: TorchKernels) -> tuple[Tensor, Tensor]:
         "`add_rms_norm` of the ranks' summed partials `x` (rounded to `residual`'s dtype) and `residual`."
-        return _add_rms_norm_of_sum(self.all_reduce(x), residual, weight, eps)
+        return _add_rms_norm_of_sum(self.all_reduce(x), residual, weight, eps, kernels)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
-                       summed_next: bool = True) -> Tensor:
-        "A row-parallel layer's product, this rank's partial sum (for the caller to sum, with `all_reduce_add_rms_norm`)."
-        return ops.linear(x, weight, bias, out_dtype=out_dtype)
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None,
+                       out_dtype: torch.dtype | None, kernels: TorchKernels,
+                       summed_next: bool = True) -> Tensor | PushedPartial:
+        "A row-parallel layer's product: this rank's partial sum, for `all_reduce_add_rms_norm` to sum."
+        return kernels.linear(x, weight, bias, out_dtype=out_dtype)
 
 # %% ../nbs/04_distributed.ipynb #c006
 class SymmMemCommunicator(TorchDistCommunicator):
@@ -67,7 +75,6 @@ class SymmMemCommunicator(TorchDistCommunicator):
         self.group_name = group.group_name
         self.push, self.fused = None, triton_kernels.all_reduce_add_rms_norm  # the fused kernel's buffers, where Triton runs compiled
         self.gemv, self.one_gpu_row = triton_kernels.gemv, triton_kernels.one_gpu_row
-        self.pushed = None  # the partial sums a GEMV pushed already, until the fused all-reduce sums them
         if triton_kernels.available() and not triton_kernels.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(4 * size * max_rows * max_hidden, dtype=torch.int64, device=device).zero_()
@@ -85,23 +92,30 @@ class SymmMemCommunicator(TorchDistCommunicator):
         torch.ops.symm_mem.one_shot_all_reduce_copy_out(buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1))
         return x
 
-    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
-                                eps: float) -> tuple[Tensor, Tensor]:
-        pending, self.pushed = self.pushed, None
+    def all_reduce_add_rms_norm(self, x: Tensor | PushedPartial, residual: Tensor | None,
+                                weight: Tensor, eps: float,
+                                kernels: TorchKernels) -> tuple[Tensor, Tensor]:
+        pushed = isinstance(x, PushedPartial)
+        x = x.value if pushed else x
         if self.push is None or not self.push.takes(x):
-            if pending is not None: self.push.counters[0] += 1  # a push nobody sums: its count is used up all the same
-            return super().all_reduce_add_rms_norm(x, residual, weight, eps)
-        return self.fused(x, residual, weight, eps, self.push, pushed=x is pending)  # (counts every row it sums)
+            if pushed:  # a push nobody sums: its count is used up all the same
+                self.push.counters[0] += 1
+            return super().all_reduce_add_rms_norm(x, residual, weight, eps, kernels)
+        return self.fused(x, residual, weight, eps, self.push, pushed=pushed)  # (counts every row)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None, out_dtype: torch.dtype | None,
-                       summed_next: bool = True) -> Tensor:
-        "With the Triton kernels, a GPU row's float32 partials `[1, N]` the next all-reduce sums are also pushed by the GEMV."
-        if (not summed_next or self.push is None or self.pushed is not None or ops.backend != "triton" or x.dim() != 2
-                or (out_dtype or x.dtype) != torch.float32 or not self.one_gpu_row(x, weight)
-                or weight.shape[0] > self.push.max_hidden):  # (a push pending: the next all-reduce may not be of it)
-            return super().partial_linear(x, weight, bias, out_dtype)
-        self.pushed = self.gemv(x, weight, bias, torch.float32, push=self.push)
-        return self.pushed
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None,
+                       out_dtype: torch.dtype | None, kernels: TorchKernels,
+                       summed_next: bool = True) -> Tensor | PushedPartial:
+        "With Triton kernels, a GPU row's float32 partials `[1, N]` are also pushed by the GEMV."
+        if not (summed_next and self.push is not None and kernels.name == "triton"
+                and self.pushes(x, weight, out_dtype)):
+            return super().partial_linear(x, weight, bias, out_dtype, kernels)
+        return PushedPartial(self.gemv(x, weight, bias, torch.float32, push=self.push))
+
+    def pushes(self, x: Tensor, weight: Tensor, out_dtype: torch.dtype | None) -> bool:
+        "Whether the GEMV can push this product: one float32 row of at most `max_hidden` outputs."
+        return (x.dim() == 2 and (out_dtype or x.dtype) == torch.float32
+                and self.one_gpu_row(x, weight) and weight.shape[0] <= self.push.max_hidden)
 
 _rendezvous_count = 0  # symmetric-memory rendezvous this process has done
 
@@ -126,11 +140,13 @@ def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: to
         ok &= torch.equal(comm.all_reduce(x), torch.full_like(x, size * (size + 1) / 2))
     for rows in (1, 40):  # fused with add + RMSNorm (if the communicator fuses: up to its max_rows, then unfused)
         x, res = torch.full((rows, 64), float(rank + 1), device=device, dtype=dtype), torch.ones(rows, 64, device=device)
-        normed, res = comm.all_reduce_add_rms_norm(x, res.to(dtype), torch.ones(64, device=device, dtype=dtype), 0.0)
+        normed, res = comm.all_reduce_add_rms_norm(x, res.to(dtype), torch.ones(64, device=device, dtype=dtype), 0.0,
+                                                   TorchKernels())
         ones = torch.ones_like(normed, dtype=torch.float32)  # a constant row normalizes to 1 (up to rounding)
         ok &= torch.equal(res, torch.full_like(res, size * (size + 1) / 2 + 1)) and torch.allclose(normed.float(), ones, atol=1e-2)
         x = torch.full((rows, 64), float(rank + 1), device=device, dtype=dtype)  # afresh: the unfused path sums in place
-        normed, total = comm.all_reduce_add_rms_norm(x, None, torch.ones(64, device=device, dtype=dtype), 0.0)  # no residual
+        normed, total = comm.all_reduce_add_rms_norm(x, None, torch.ones(64, device=device, dtype=dtype), 0.0,
+                                                     TorchKernels())  # no residual
         ok &= torch.equal(total, torch.full_like(total, size * (size + 1) / 2)) and torch.allclose(normed.float(), ones, atol=1e-2)
     return bool(ok)
 
@@ -231,39 +247,32 @@ class ParallelInfo:
         "The dtype a rank's partial sum is kept in: float32 for 16-bit activations under TP (rounded once, after the sum)."
         return torch.float32 if self.size > 1 and dtype in (torch.float16, torch.bfloat16) else None
 
-    def all_reduce_add_rms_norm(self, x: Tensor, residual: Tensor | None, weight: Tensor,
-                                eps: float) -> tuple[Tensor, Tensor]:
+    def all_reduce_add_rms_norm(self, x: Tensor | PushedPartial, residual: Tensor | None,
+                                weight: Tensor, eps: float,
+                                kernels: TorchKernels = TorchKernels()) -> tuple[Tensor, Tensor]:
         """`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed.
         `residual=None`: `(rms_norm(Σ_ranks x), Σ_ranks x)` (the vocabulary-parallel embedding's rows)."""
-        if self.size == 1: return _add_rms_norm_of_sum(x, residual, weight, eps)
-        return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps)
+        if self.size == 1:
+            return _add_rms_norm_of_sum(x, residual, weight, eps, kernels)
+        return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps, kernels)
 
-    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None, summed_next: bool = True) -> Tensor:
+    def partial_linear(self, x: Tensor, weight: Tensor, bias: Tensor | None = None,
+                       summed_next: bool = True,
+                       kernels: TorchKernels = TorchKernels()) -> Tensor | PushedPartial:
         """A row-parallel product: this rank's partial sum, in `partial_dtype`. `summed_next`: the next all-reduce sums it
         as it is, so the communicator may push it to the peers as it is computed."""
         out_dtype = self.partial_dtype(x.dtype)
-        if self.size == 1: return ops.linear(x, weight, bias, out_dtype=out_dtype)
-        return self.comm.partial_linear(x, weight, bias, out_dtype, summed_next)
-
-# %% ../nbs/04_distributed.ipynb #c010
-_TP = ParallelInfo()
-
-def get_tp() -> ParallelInfo:
-    "The tensor-parallel group of this process (world size 1 unless `set_tp` was called)."
-    return _TP
-
-def set_tp(tp: ParallelInfo) -> ParallelInfo:
-    "Make `tp` the group that layers built from now on belong to."
-    global _TP
-    _TP = tp
-    return tp
+        if self.size == 1:
+            return kernels.linear(x, weight, bias, out_dtype=out_dtype)
+        return self.comm.partial_linear(x, weight, bias, out_dtype, kernels, summed_next)
 
 # %% ../nbs/04_distributed.ipynb #c014
 def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.device, timeout_s: float = 600,
                          dtype: torch.dtype = torch.bfloat16, symm_mem: bool = True,
                          expert_size: int | None = None) -> ParallelInfo:
-    "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`) and make it current."
-    if size == 1: return set_tp(ParallelInfo())
+    "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`); its record."
+    if size == 1:
+        return ParallelInfo()
     from datetime import timedelta
     cuda = device.type == "cuda"
     if cuda: torch.cuda.set_device(device)
@@ -272,7 +281,7 @@ def init_tensor_parallel(rank: int, size: int, init_method: str, device: torch.d
     control = dist.new_group(backend="gloo") if cuda else None
     comm = TorchDistCommunicator()
     if cuda and symm_mem: comm = fast_communicator(rank, size, device, dtype) or comm
-    return set_tp(ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size))
+    return ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size)
 
 def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.dtype) -> SymmMemCommunicator | None:
     "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built, gives wrong sums, or can't meet."
@@ -296,16 +305,16 @@ def fast_communicator(rank: int, size: int, device: torch.device, dtype: torch.d
                     "through NCCL")
     return comm if int(agree) else None
 
-def destroy_tensor_parallel(timeout_s: float = 60) -> None:
-    "Leave the process group (if any) and go back to world size 1; a teardown stuck past `timeout_s` is abandoned, with a warning."
-    if get_tp().control is not None: get_tp().control.close()
+def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
+    "Leave `tp`'s process group (if any); a teardown stuck past `timeout_s` is abandoned, with a warning."
+    if tp.control is not None:
+        tp.control.close()
     if dist.is_initialized():
         import threading, logging
         teardown = threading.Thread(target=dist.destroy_process_group, name="metainfer-pg-teardown", daemon=True)
         teardown.start(); teardown.join(timeout_s)
         if teardown.is_alive():
             logging.getLogger("metainfer").warning(f"process group teardown still waiting after {timeout_s:.0f} s; leaving it")
-    set_tp(ParallelInfo())
 
 def install_stack_dumps() -> None:
     "Hunting a hang: `kill -USR1 PID` prints every thread's stack; `METAINFER_STACKS_AFTER=S` prints them every S seconds."

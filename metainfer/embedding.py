@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from .distributed import ParallelInfo, get_tp
-from .kernels import ops
+from .distributed import ParallelInfo
+from .kernels import TorchKernels
 from .linear import take
 
 # %% auto #0
@@ -18,10 +18,10 @@ __all__ = ['VocabParallelEmbedding', 'ParallelLMHead']
 class VocabParallelEmbedding(nn.Module):
     """Embedding with the vocabulary split into contiguous row slices, one per rank. `reduce_results=False`: each rank
     returns its own lookup (zeros for ids it does not hold), for a model that sums it with the first norm."""
-    def __init__(self, num_embeddings: int, embedding_dim: int, tp: ParallelInfo | None = None,
-                 reduce_results: bool = True):
+    def __init__(self, num_embeddings: int, embedding_dim: int, tp: ParallelInfo = ParallelInfo(),
+                 reduce_results: bool = True, kernels: TorchKernels = TorchKernels()):
         super().__init__()
-        self.tp, self.reduce_results = tp or get_tp(), reduce_results
+        self.tp, self.reduce_results, self.kernels = tp, reduce_results, kernels
         self.num_embeddings = num_embeddings
         self.rows = -(-num_embeddings // self.tp.size)  # ceil: rows per rank, padded
         self.start = self.tp.rank * self.rows
@@ -34,13 +34,14 @@ class VocabParallelEmbedding(nn.Module):
         param[:n].copy_(take(loaded, 0, self.start, n))
 
     def forward(self, input_ids: Tensor) -> Tensor:
-        y = ops.embedding(input_ids, self.weight, self.start)
+        y = self.kernels.embedding(input_ids, self.weight, self.start)
         return self.tp.all_reduce(y) if self.reduce_results else y
 
 # %% ../nbs/06_embedding.ipynb #c008
 class ParallelLMHead(VocabParallelEmbedding):
     "Logits for this rank's vocabulary slice, gathered across ranks into `[T, vocab]`."
     def forward(self, hidden: Tensor) -> Tensor:
-        logits = ops.linear(hidden, self.weight)
-        if self.tp.size > 1: logits = self.tp.all_gather(logits, dim=-1)
+        logits = self.kernels.linear(hidden, self.weight)
+        if self.tp.size > 1:
+            logits = self.tp.all_gather(logits, dim=-1)
         return logits[..., :self.num_embeddings]

@@ -144,7 +144,7 @@ class LLMEngine:
         except Exception: pass  # a dead worker: stop() kills the rest
         if self.workers is not None: self.workers.stop()
         self.workers = None
-        destroy_tensor_parallel()
+        destroy_tensor_parallel(self.tp)
         self.tp = ParallelInfo()
 
     def kv_cache_usage(self) -> float:

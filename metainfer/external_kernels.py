@@ -8,7 +8,7 @@ import importlib
 import torch
 from torch import Tensor
 from .attention import AttentionMetadata
-from .kernels import Rope, embedding_ref, linear_ref, norm_linear_ref, silu_and_mul_ref
+from .kernels import Rope, TorchKernels, embedding_ref, silu_and_mul_ref
 from .triton_kernels import embedding as triton_embedding, silu_and_mul as triton_silu_and_mul
 from .triton_attention import flash_attention_takes
 
@@ -54,7 +54,7 @@ class FlashAttnAttention:
                                  block_table=meta.block_tables, softmax_scale=scale).squeeze(1)
 
 # %% ../nbs/07b_external_kernels.ipynb #c008
-class VllmKernels:
+class VllmKernels(TorchKernels):
     "vLLM's CUDA kernels with the interface of `TorchKernels`; they overwrite inputs the layers never read again."
     name = "vllm"
 
@@ -88,8 +88,7 @@ class VllmKernels:
         "Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it would copy `x`."
         return triton_silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x)
 
-    linear = staticmethod(linear_ref)  # cuBLAS, as vLLM's own linear layers use
-    norm_linear = staticmethod(norm_linear_ref)  # its add + norm, then cuBLAS
+    # `linear` is cuBLAS, as vLLM's own linear layers use; `norm_linear` its add + norm, then cuBLAS
 
     def embedding(self, ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
         "Ours: vLLM's layers do this lookup in torch ops."

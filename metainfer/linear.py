@@ -6,8 +6,8 @@
 from __future__ import annotations
 import torch
 from torch import nn, Tensor
-from .distributed import ParallelInfo, get_tp
-from .kernels import NormedInput, ops
+from .distributed import ParallelInfo
+from .kernels import NormedInput, TorchKernels
 
 # %% auto #0
 __all__ = ['shape_of', 'take', 'default_weight_loader', 'LinearBase', 'ReplicatedLinear', 'divide', 'ColumnParallelLinear',
@@ -36,9 +36,10 @@ def default_weight_loader(param: Tensor, loaded) -> None:
 class LinearBase(nn.Module):
     "A linear layer whose weight `[out_local, in_local]` is this rank's shard."
     def __init__(self, in_features: int, out_features: int, bias: bool = False, tp_dim: int | None = None,
-                 tp: ParallelInfo | None = None):
+                 tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels()):
         super().__init__()
-        self.tp = tp or get_tp()
+        self.tp, self.kernels = tp, kernels
         self.tp_dim = tp_dim
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
@@ -54,14 +55,16 @@ class LinearBase(nn.Module):
 
     def forward(self, x: Tensor | NormedInput, act: str | None = None) -> Tensor:
         "`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product, and a norm of `x` in)."
-        if isinstance(x, NormedInput): return x.linear(self.weight, self.bias, act)  # `ops.norm_linear`, if not computed yet
-        return ops.linear(x, self.weight, self.bias, act=act)  # the table's product: a backend may stream one row itself
+        if isinstance(x, NormedInput):  # `norm_linear`, if not computed yet
+            return x.linear(self.kernels, self.weight, self.bias, act)
+        return self.kernels.linear(x, self.weight, self.bias, act=act)  # a backend may stream one row
 
 # %% ../nbs/05_linear.ipynb #c009
 class ReplicatedLinear(LinearBase):
     "Every rank holds the whole weight."
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo | None = None):
-        super().__init__(in_features, out_features, bias, None, tp)
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels()):
+        super().__init__(in_features, out_features, bias, None, tp, kernels)
 
 # %% ../nbs/05_linear.ipynb #c011
 def divide(n: int, d: int) -> int:
@@ -71,22 +74,22 @@ def divide(n: int, d: int) -> int:
 
 class ColumnParallelLinear(LinearBase):
     "`Y = X A` with `A`'s output features split across ranks; each rank returns its slice of `Y`."
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo | None = None):
-        tp = tp or get_tp()
-        super().__init__(in_features, divide(out_features, tp.size), bias, 0, tp)
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels()):
+        super().__init__(in_features, divide(out_features, tp.size), bias, 0, tp, kernels)
 
 # %% ../nbs/05_linear.ipynb #c015
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several projections of one input, fused; shard id `i` loads `output_sizes[i]`, split across ranks unless
     `replicated[i]`. `interleave`: equal sizes, stored row by row (row `j` of shard `i` at `j * shards + i`)."""
-    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False, tp: ParallelInfo | None = None,
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False, tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels(),
                  replicated: list[bool] | None = None, interleave: bool = False):
-        tp = tp or get_tp()
         self.replicated = replicated or [False] * len(output_sizes)
         self.output_sizes = [n if rep else divide(n, tp.size) for n, rep in zip(output_sizes, self.replicated, strict=True)]  # local
         if interleave and len(set(self.output_sizes)) != 1: raise ValueError(f"interleaving unequal {self.output_sizes}")
         self.interleave = interleave
-        LinearBase.__init__(self, in_features, sum(self.output_sizes), bias, 0, tp)
+        LinearBase.__init__(self, in_features, sum(self.output_sizes), bias, 0, tp, kernels)
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int) -> None:
         size, offset = self.output_sizes[shard_id], sum(self.output_sizes[:shard_id])
@@ -98,8 +101,8 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 class QKVParallelLinear(ColumnParallelLinear):
     "Fused q/k/v projection; query heads split across ranks, KV heads split or replicated."
     def __init__(self, hidden_size: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False,
-                 tp: ParallelInfo | None = None):
-        tp = tp or get_tp()
+                 tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels()):
         self.head_dim = head_dim
         self.num_heads = divide(num_heads, tp.size)
         if num_kv_heads >= tp.size:
@@ -109,7 +112,7 @@ class QKVParallelLinear(ColumnParallelLinear):
             self.num_kv_heads = 1
             self.kv_head_start = tp.rank // divide(tp.size, num_kv_heads)
         local = (self.num_heads + 2 * self.num_kv_heads) * head_dim
-        LinearBase.__init__(self, hidden_size, local, bias, 0, tp)
+        LinearBase.__init__(self, hidden_size, local, bias, 0, tp, kernels)
 
     def weight_loader(self, param: Tensor, loaded, shard_id: str) -> None:
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -120,16 +123,18 @@ class QKVParallelLinear(ColumnParallelLinear):
 # %% ../nbs/05_linear.ipynb #c021
 class RowParallelLinear(LinearBase):
     "`Y = X A` with `A`'s input features split across ranks; partial products are summed by all-reduce."
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo | None = None,
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels(),
                  reduce_results: bool = True,  # False: return this rank's partial sum (the caller reduces)
                  summed_next: bool = True):    # ...and the caller's next all-reduce sums it as it is (not a MoE's
-        tp = tp or get_tp()                    # shared experts, added to the routed ones first): it may be pushed
-        super().__init__(divide(in_features, tp.size), out_features, bias, 1, tp)
+        super().__init__(divide(in_features, tp.size), out_features, bias, 1, tp, kernels)
         self.reduce_results, self.summed_next = reduce_results, summed_next
 
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
         # half precision under TP: the partial products in float32, so that each output is rounded once, after the
         # sum, as TP=1's single GEMM rounds it
-        if not self.reduce_results: return self.tp.partial_linear(x, self.weight, bias, self.summed_next)  # the caller sums it
-        return self.tp.all_reduce(ops.linear(x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype))).to(x.dtype)
+        if not self.reduce_results:  # the caller sums it
+            return self.tp.partial_linear(x, self.weight, bias, self.summed_next, self.kernels)
+        partial = self.kernels.linear(x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype))
+        return self.tp.all_reduce(partial).to(x.dtype)

@@ -9,12 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
-from .kernels import Ops, RMSNorm, RotaryEmbedding, rope_inv_freq, rms_norm_ref
+from .kernels import RMSNorm, RotaryEmbedding, TorchKernels, rope_inv_freq, rms_norm_ref
+from .distributed import ParallelInfo
 from .linear import ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .attention import AttentionMetadata, gather_kv
 
 # %% auto #0
-__all__ = ['mla_ops', 'yarn_get_mscale', 'yarn_inv_freq', 'yarn_attention_factor', 'mla_softmax_scale', 'mla_rotary', 'TorchMLA',
+__all__ = ['yarn_get_mscale', 'yarn_inv_freq', 'yarn_attention_factor', 'mla_softmax_scale', 'mla_rotary', 'TorchMLA',
            'LatentAttention', 'MLA']
 
 # %% ../nbs/09a_mla.ipynb #c005
@@ -47,16 +48,18 @@ def mla_softmax_scale(qk_head_dim: int, rope_scaling: dict | None) -> float:
     return scale
 
 # %% ../nbs/09a_mla.ipynb #c015
-def mla_rotary(cfg: ModelConfig) -> RotaryEmbedding:
+def mla_rotary(cfg: ModelConfig, kernels: TorchKernels = TorchKernels()) -> RotaryEmbedding:
     "The rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if the config asks for it."
     dim, rs = cfg.hf["qk_rope_head_dim"], cfg.rope_scaling
     is_neox = not cfg.hf.get("rope_interleave", True)
-    if rs is None: return RotaryEmbedding(dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox)
+    if rs is None:
+        return RotaryEmbedding(dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox, kernels=kernels)
     if rs.get("rope_type", rs.get("type")) != "yarn": raise NotImplementedError(f"rope scaling {rs} for MLA")
     factor = rs.get("factor") or cfg.max_position_embeddings / rs["original_max_position_embeddings"]
     inv_freq = yarn_inv_freq(dim, cfg.rope_theta, factor, rs["original_max_position_embeddings"],
                              rs.get("beta_fast") or 32, rs.get("beta_slow") or 1)
-    rope = RotaryEmbedding(dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox, inv_freq=inv_freq)
+    rope = RotaryEmbedding(dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox, inv_freq=inv_freq,
+                           kernels=kernels)
     rope.cos_sin_cache.mul_(yarn_attention_factor(rs))
     return rope
 
@@ -103,15 +106,16 @@ class TorchMLA:
                                            scale=scale, enable_gqa=True)             # [B, H, 1, r]
         return torch.einsum("bhr,hvr->bhv", o.squeeze(2), w_uv)
 
-mla_ops = Ops(("store_latent", "prefill", "decode")).use(TorchMLA())
 
 # %% ../nbs/09a_mla.ipynb #c025
 class LatentAttention(nn.Module):
     "MLA over this layer's part of the paged pool: one latent of `kv_lora_rank + qk_rope_head_dim` per token."
     kv_parts, num_kv_heads = 1, 1
 
-    def __init__(self, num_heads: int, kv_lora_rank: int, qk_rope_head_dim: int, scale: float):
+    def __init__(self, num_heads: int, kv_lora_rank: int, qk_rope_head_dim: int, scale: float,
+                 kernels: TorchMLA = TorchMLA()):
         super().__init__()
+        self.kernels = kernels
         self.num_heads, self.kv_lora_rank, self.scale = num_heads, kv_lora_rank, scale
         self.head_dim = kv_lora_rank + qk_rope_head_dim
         self.latent_cache = None
@@ -124,32 +128,37 @@ class LatentAttention(nn.Module):
         "`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, latents `c` `[T, r]` (normalized by `c_norm` on the way to the cache) and `k_pe` `[T, dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."
         dn = q_nope.shape[-1]
         w_uk, w_uv = w_kv_b.view(self.num_heads, -1, self.kv_lora_rank).split([dn, w_kv_b.shape[0] // self.num_heads - dn], 1)
-        mla_ops.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping, c_norm)
-        if meta.is_prefill: return mla_ops.prefill(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
-        return mla_ops.decode(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
+        self.kernels.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping, c_norm)
+        kernel = self.kernels.prefill if meta.is_prefill else self.kernels.decode
+        return kernel(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
 
 # %% ../nbs/09a_mla.ipynb #c029
 class MLA(nn.Module):
     "Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache, output projection."
     packed_modules_mapping = {"q_proj": ("q_kv_a_proj", 0), "q_a_proj": ("q_kv_a_proj", 0),
                               "kv_a_proj_with_mqa": ("q_kv_a_proj", 1)}
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True,
+                 tp: ParallelInfo = ParallelInfo(), ops: TorchKernels = TorchKernels(),
+                 kernels: TorchMLA = TorchMLA()):
         super().__init__()
         h, D, Ht = cfg.hf, cfg.hidden_size, cfg.num_attention_heads
+        on = dict(tp=tp, kernels=ops)  # where every linear runs
         self.r, self.dn, self.dr, self.dv = h["kv_lora_rank"], h["qk_nope_head_dim"], h["qk_rope_head_dim"], h["v_head_dim"]
         bias, self.q_lora_rank = bool(h.get("attention_bias", False)), h.get("q_lora_rank")
         low_rank_q = self.q_lora_rank is not None
         q_width = self.q_lora_rank if low_rank_q else Ht * (self.dn + self.dr)  # q_a_proj's, or q_proj's (by heads)
-        self.q_kv_a_proj = MergedColumnParallelLinear(D, [q_width, self.r + self.dr], bias=bias, replicated=[low_rank_q, True])
+        self.q_kv_a_proj = MergedColumnParallelLinear(D, [q_width, self.r + self.dr], bias=bias,
+                                                      replicated=[low_rank_q, True], **on)
         if low_rank_q:
-            self.q_a_layernorm = RMSNorm(self.q_lora_rank)
-            self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, Ht * (self.dn + self.dr))
-        self.kv_a_layernorm = RMSNorm(self.r)
-        self.kv_b_proj = ColumnParallelLinear(self.r, Ht * (self.dn + self.dv))
-        self.o_proj = RowParallelLinear(Ht * self.dv, D, bias=bias, reduce_results=reduce_results)
+            self.q_a_layernorm = RMSNorm(self.q_lora_rank, kernels=ops)
+            self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, Ht * (self.dn + self.dr), **on)
+        self.kv_a_layernorm = RMSNorm(self.r, kernels=ops)
+        self.kv_b_proj = ColumnParallelLinear(self.r, Ht * (self.dn + self.dv), **on)
+        self.o_proj = RowParallelLinear(Ht * self.dv, D, bias=bias, reduce_results=reduce_results, **on)
         self.rotary_emb = rotary
         H = self.kv_b_proj.weight.shape[0] // (self.dn + self.dv)  # local heads
-        self.attn = LatentAttention(H, self.r, self.dr, mla_softmax_scale(self.dn + self.dr, cfg.rope_scaling))
+        scale = mla_softmax_scale(self.dn + self.dr, cfg.rope_scaling)
+        self.attn = LatentAttention(H, self.r, self.dr, scale, kernels)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         "The queries' two parts `[T, H, dn]`, `[T, H, dr]` and the latent's, `c` `[T, r]` and `k_pe` `[T, dr]` (rope not applied yet)."

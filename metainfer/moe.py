@@ -8,24 +8,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
 from .config import ModelConfig
-from .distributed import ParallelInfo, get_tp
-from .kernels import Ops
+from .distributed import ParallelInfo
+from .kernels import TorchKernels
 from .linear import MergedColumnParallelLinear, RowParallelLinear, default_weight_loader, divide, take
 
 # %% auto #0
-__all__ = ['moe_ops', 'DeepseekMLP', 'grouped_topk', 'select_experts', 'router_logits', 'MoEGate', 'is_moe_layer', 'FusedMoE',
-           'expert_params_mapping', 'fused_moe_ref', 'TorchMoE', 'DeepseekMoE']
+__all__ = ['DeepseekMLP', 'grouped_topk', 'select_experts', 'router_logits', 'TorchMoE', 'MoEGate', 'is_moe_layer', 'FusedMoE',
+           'expert_params_mapping', 'fused_moe_ref', 'DeepseekMoE']
 
 # %% ../nbs/09b_moe.ipynb #c005
 class DeepseekMLP(nn.Module):
     "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
     folds_norm = True  # its input goes to the gate-up projection only
 
-    def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True, summed_next: bool = True):
+    def __init__(self, hidden_size: int, intermediate_size: int, reduce_results: bool = True,
+                 summed_next: bool = True, tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels()):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, interleave=True)
+        self.gate_up_proj = MergedColumnParallelLinear(hidden_size, [intermediate_size] * 2, interleave=True,
+                                                       tp=tp, kernels=kernels)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size, reduce_results=reduce_results,
-                                           summed_next=summed_next)
+                                           summed_next=summed_next, tp=tp, kernels=kernels)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))
@@ -56,15 +59,22 @@ def router_logits(x: Tensor, weight: Tensor) -> Tensor:
     "Float32 router logits `[T, E]` of `x` `[T, D]`: both cast to float32 first, as HF does."
     return F.linear(x.float(), weight.float())
 
-moe_ops = Ops(("router_logits", "select_experts", "fused_moe"))  # the MoE kernel table, filled from `TorchMoE`
-moe_ops.router_logits, moe_ops.select_experts = router_logits, select_experts  # below; the router works already
+class TorchMoE:
+    "Pure-torch MoE kernels: the CPU path and the oracle."
+    name = "torch"
+    router_logits = staticmethod(router_logits)
+    select_experts = staticmethod(select_experts)
+
+    def fused_moe(self, *args, **kwargs) -> Tensor:
+        "`fused_moe_ref`, defined below with the experts' weight layout."
+        return fused_moe_ref(*args, **kwargs)
 
 # %% ../nbs/09b_moe.ipynb #c012
 class MoEGate(nn.Module):
     "The router: float32 logits, expert scores, grouped top-k, weights."
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, kernels: TorchMoE = TorchMoE()):
         super().__init__()
-        h = cfg.hf
+        h, self.kernels = cfg.hf, kernels
         v3 = cfg.architecture == "DeepseekV3ForCausalLM"
         self.top_k, self.n_group, self.topk_group = h["num_experts_per_tok"], h.get("n_group") or 1, h.get("topk_group") or 1
         self.scoring_func = h.get("scoring_func", "sigmoid" if v3 else "softmax")
@@ -77,8 +87,8 @@ class MoEGate(nn.Module):
             self.e_score_correction_bias = nn.Parameter(torch.empty(E, dtype=torch.float32), requires_grad=False)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        logits = moe_ops.router_logits(x, self.weight)                                      # [T, E] float32
-        return moe_ops.select_experts(logits, self.top_k, self.scoring_func, self.topk_method, self.n_group,
+        logits = self.kernels.router_logits(x, self.weight)                                 # [T, E] float32
+        return self.kernels.select_experts(logits, self.top_k, self.scoring_func, self.topk_method, self.n_group,
                                       self.topk_group, self.e_score_correction_bias, self.norm_topk_prob,
                                       self.routed_scaling_factor)
 
@@ -92,9 +102,10 @@ def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
 class FusedMoE(nn.Module):
     "The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size / ep_size)` wide."
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int, ep_size: int | None = None,
-                 tp: ParallelInfo | None = None, reduce_results: bool = True):
+                 tp: ParallelInfo = ParallelInfo(), reduce_results: bool = True,
+                 kernels: TorchMoE = TorchMoE()):
         super().__init__()
-        self.tp, self.reduce_results = tp or get_tp(), reduce_results
+        self.tp, self.reduce_results, self.kernels = tp, reduce_results, kernels
         ep = ep_size or self.tp.expert_size or self.tp.size
         width_ranks = divide(self.tp.size, ep)                       # ranks that share one set of experts
         self.num_local_experts = divide(num_experts, ep)
@@ -116,7 +127,7 @@ class FusedMoE(nn.Module):
     def forward(self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None) -> Tensor:
         "This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless `reduce_results=False`."
         # 16 bits under TP: the partial sum in float32, rounded once after the sum (as `RowParallelLinear`'s)
-        y = moe_ops.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, self.expert_start, add,
+        y = self.kernels.fused_moe(x, self.gate_up_proj, self.down_proj, topk_weights, topk_ids, self.expert_start, add,
                               out_dtype=self.tp.partial_dtype(x.dtype))
         return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
 
@@ -147,30 +158,25 @@ def fused_moe_ref(x: Tensor, gate_up: Tensor, down: Tensor, topk_weights: Tensor
         start += counts[e]
     return (out if add is None else out + add.float()).to(out_dtype or x.dtype)
 
-class TorchMoE:
-    "Pure-torch routed experts: the CPU path and the oracle."
-    name = "torch"
-    router_logits = staticmethod(router_logits)
-    select_experts = staticmethod(select_experts)
-    fused_moe = staticmethod(fused_moe_ref)
-
-moe_ops.use(TorchMoE())
 
 # %% ../nbs/09b_moe.ipynb #c026
 class DeepseekMoE(nn.Module):
     "DeepSeek MoE: `Σ_k w_k · expert_k(x)` over the routed top-k, plus the shared experts."
-    def __init__(self, cfg: ModelConfig, ep_size: int | None = None, reduce_results: bool = True):
+    def __init__(self, cfg: ModelConfig, ep_size: int | None = None, reduce_results: bool = True,
+                 tp: ParallelInfo = ParallelInfo(), ops: TorchKernels = TorchKernels(),
+                 kernels: TorchMoE = TorchMoE()):
         super().__init__()
         self.reduce_results = reduce_results  # False: return this rank's partial sum (the caller reduces)
         h = cfg.hf
-        self.gate = MoEGate(cfg)
+        self.gate = MoEGate(cfg, kernels)
         # both parts stop at this rank's partial sum: added together, they need one all-reduce, not two
         self.experts = FusedMoE(h["n_routed_experts"], cfg.hidden_size, h["moe_intermediate_size"], ep_size,
-                                reduce_results=False)
+                                tp=tp, reduce_results=False, kernels=kernels)
         n_shared = h.get("n_shared_experts") or 0
-        self.shared_experts = (DeepseekMLP(cfg.hidden_size, h["moe_intermediate_size"] * n_shared, reduce_results=False,
-                                           summed_next=False)  # added to the routed experts' sum first
-                               if n_shared else None)
+        self.shared_experts = None
+        if n_shared:  # added to the routed experts' sum first
+            self.shared_experts = DeepseekMLP(cfg.hidden_size, h["moe_intermediate_size"] * n_shared,
+                                              reduce_results=False, summed_next=False, tp=tp, kernels=ops)
 
     def forward(self, x: Tensor) -> Tensor:
         shared = None if self.shared_experts is None else self.shared_experts(x)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import torch
 from torch import nn, Tensor
 from .config import ModelConfig
-from .distributed import get_tp
-from .kernels import NormedInput, RMSNorm, RotaryEmbedding
+from .backends import Backend
+from .distributed import ParallelInfo
+from .kernels import NormedInput, RMSNorm, RotaryEmbedding, TorchKernels
 from .linear import QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from .embedding import VocabParallelEmbedding, ParallelLMHead
-from .attention import Attention, AttentionMetadata
+from .attention import Attention, AttentionMetadata, TorchAttention
 
 # %% auto #0
 __all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'QwenModel', 'QwenForCausalLM']
@@ -21,17 +22,20 @@ class QwenAttention(nn.Module):
     "Self-attention: fused QKV projection, optional q/k norm, rotary, paged attention, output projection."
     folds_norm = True  # its input goes to the QKV projection only
 
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True):
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, reduce_results: bool = True,
+                 tp: ParallelInfo = ParallelInfo(), ops: TorchKernels = TorchKernels(),
+                 kernels: TorchAttention = TorchAttention()):
         super().__init__()
         self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads,
-                                          cfg.num_key_value_heads, bias=cfg.qkv_bias)
+                                          cfg.num_key_value_heads, bias=cfg.qkv_bias, tp=tp, kernels=ops)
         H, Hk, D = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads, cfg.head_dim  # local heads
         self.sizes = [H * D, Hk * D, Hk * D]
-        self.o_proj = RowParallelLinear(cfg.num_attention_heads * D, cfg.hidden_size, reduce_results=reduce_results)
-        self.q_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(D, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.o_proj = RowParallelLinear(cfg.num_attention_heads * D, cfg.hidden_size,
+                                        reduce_results=reduce_results, tp=tp, kernels=ops)
+        self.q_norm = RMSNorm(D, cfg.rms_norm_eps, ops) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(D, cfg.rms_norm_eps, ops) if cfg.qk_norm else None
         self.rotary_emb = rotary
-        self.attn = Attention(H, Hk, D, scale=D ** -0.5)
+        self.attn = Attention(H, Hk, D, D ** -0.5, kernels)
 
     def forward(self, positions: Tensor, x: Tensor | NormedInput, meta: AttentionMetadata) -> Tensor:
         D = self.attn.head_dim
@@ -45,10 +49,13 @@ class QwenMLP(nn.Module):
     "SwiGLU MLP: `down(silu(gate(x)) * up(x))`, gate and up as one GEMM."
     folds_norm = True  # its input goes to the gate-up projection only
 
-    def __init__(self, cfg: ModelConfig, reduce_results: bool = True):
+    def __init__(self, cfg: ModelConfig, reduce_results: bool = True, tp: ParallelInfo = ParallelInfo(),
+                 kernels: TorchKernels = TorchKernels()):
         super().__init__()
-        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2, interleave=True)
-        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size, reduce_results=reduce_results)
+        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [cfg.intermediate_size] * 2,
+                                                       interleave=True, tp=tp, kernels=kernels)
+        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size,
+                                           reduce_results=reduce_results, tp=tp, kernels=kernels)
 
     def forward(self, x: Tensor | NormedInput) -> Tensor:
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))  # a backend may fuse the activation in
@@ -56,12 +63,13 @@ class QwenMLP(nn.Module):
 # %% ../nbs/09_qwen.ipynb #c007
 class DecoderLayer(nn.Module):
     "Pre-norm block of every model here: norm, attention, residual add fused into the next norm, MLP."
-    def __init__(self, self_attn: nn.Module, mlp: nn.Module, hidden_size: int, eps: float):
+    def __init__(self, self_attn: nn.Module, mlp: nn.Module, hidden_size: int, eps: float,
+                 tp: ParallelInfo = ParallelInfo(), kernels: TorchKernels = TorchKernels()):
         super().__init__()
         self.self_attn, self.mlp = self_attn, mlp   # both return this rank's partial sums (`reduce_results=False`)
-        self.input_layernorm = RMSNorm(hidden_size, eps)
-        self.post_attention_layernorm = RMSNorm(hidden_size, eps)
-        self.tp = get_tp()
+        self.input_layernorm = RMSNorm(hidden_size, eps, kernels)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps, kernels)
+        self.tp, self.kernels = tp, kernels
 
     def forward(self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata):
         "`x`: the previous MLP's partial sum, or (first layer, no `residual` yet) this rank's embedding rows."
@@ -74,22 +82,28 @@ class DecoderLayer(nn.Module):
         "`norm(Σ_ranks x + residual)`: the ranks' partial sums `x` summed, added to the residual, normalized."
         if self.tp.size == 1:  # computed by its reader (no residual: the embedding, which is the residual itself)
             return NormedInput(norm, x) if residual is None else NormedInput(norm, x.to(residual.dtype), residual)
-        return NormedInput.computed(*self.tp.all_reduce_add_rms_norm(x, residual, norm.weight, norm.eps))
+        summed = self.tp.all_reduce_add_rms_norm(x, residual, norm.weight, norm.eps, self.kernels)
+        return NormedInput.computed(*summed)
 
 class QwenDecoderLayer(DecoderLayer):
-    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding):
-        super().__init__(QwenAttention(cfg, rotary, reduce_results=False), QwenMLP(cfg, reduce_results=False),
-                         cfg.hidden_size, cfg.rms_norm_eps)
+    def __init__(self, cfg: ModelConfig, rotary: RotaryEmbedding, tp: ParallelInfo, backend: Backend):
+        attn = QwenAttention(cfg, rotary, False, tp, backend.ops, backend.attention)
+        super().__init__(attn, QwenMLP(cfg, False, tp, backend.ops), cfg.hidden_size, cfg.rms_norm_eps,
+                         tp, backend.ops)
 
 # %% ../nbs/09_qwen.ipynb #c008
 class QwenModel(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
         super().__init__()
-        if cfg.rope_scaling is not None: raise NotImplementedError(f"rope scaling {cfg.rope_scaling} for Qwen")
-        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox=True)
-        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, reduce_results=False)
-        self.layers = nn.ModuleList(QwenDecoderLayer(cfg, rotary) for _ in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.rope_scaling is not None:
+            raise NotImplementedError(f"rope scaling {cfg.rope_scaling} for Qwen")
+        rotary = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox=True,
+                                 kernels=backend.ops)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp, reduce_results=False,
+                                                   kernels=backend.ops)
+        self.layers = nn.ModuleList(QwenDecoderLayer(cfg, rotary, tp, backend)
+                                    for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.ops)
 
     def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
         x, residual = self.embed_tokens(input_ids), None
@@ -102,11 +116,11 @@ class QwenForCausalLM(nn.Module):
     packed_modules_mapping = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
                               "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
         super().__init__()
         self.config = cfg
-        self.model = QwenModel(cfg)
-        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)
+        self.model = QwenModel(cfg, tp, backend)
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp, kernels=backend.ops)
         if cfg.tie_word_embeddings: self.lm_head.weight = self.model.embed_tokens.weight
 
     def skip_checkpoint_keys(self, name: str) -> bool:

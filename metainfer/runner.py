@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn, Tensor
 from .config import EngineConfig, ModelConfig
-from .distributed import ParallelInfo, get_tp
+from .backends import select_backend
+from .distributed import ParallelInfo
 from .attention import KVPool, AttentionMetadata, make_metadata, to_device, BATCH_BUCKETS, batch_bucket
 from .loader import load_weights
 from .sampler import sample, token_logprobs, apply_penalties
@@ -26,10 +27,10 @@ if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are s
     log.setLevel(logging.INFO)
 
 # %% auto #0
-__all__ = ['log', 'MODEL_CLASSES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'SCORE_CHUNK', 'model_class', 'resolve_device',
-           'resolve_dtype', 'default_dtype', 'select_kernels', 'kv_block_budget', 'ModelRunner', 'StepInput',
-           'prepare_prefill', 'prepare_decode', 'sampling_tensors', 'last_step_ids', 'fill_pending', 'execute',
-           'score_rows', 'logits', 'LaunchedStep', 'launch', 'step_logprobs', 'run', 'adjusted_logits', 'DecodeGraphs']
+__all__ = ['log', 'MODEL_CLASSES', 'SCORE_CHUNK', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype',
+           'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors',
+           'last_step_ids', 'fill_pending', 'execute', 'score_rows', 'logits', 'LaunchedStep', 'launch',
+           'step_logprobs', 'run', 'adjusted_logits', 'DecodeGraphs']
 
 # %% ../nbs/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {"qwen": "metainfer.qwen.QwenForCausalLM", "deepseek": "metainfer.deepseek.DeepseekForCausalLM"}
@@ -64,56 +65,6 @@ def default_dtype(dtype: torch.dtype):
     try: yield
     finally: torch.set_default_dtype(old)
 
-# %% ../nbs/13_runner.ipynb #c010
-KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")                      # element-wise, MoE and MLA kernels
-ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
-
-def select_kernels(device: torch.device, backend: str = "auto", attention: str = "auto") -> str:
-    "Fill the kernel tables for `device`; returns the backend's name (`element-wise/attention` when they differ)."
-    from metainfer.kernels import ops, TorchKernels
-    from metainfer.attention import attention_ops, TorchAttention
-    from metainfer.mla import mla_ops, TorchMLA
-    from metainfer.moe import moe_ops, TorchMoE
-    from metainfer.external_kernels import importable
-    if backend not in KERNEL_BACKENDS: raise ValueError(f"unknown kernel backend {backend!r}: one of {KERNEL_BACKENDS}")
-    if attention not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {attention!r}: one of {ATTENTION_BACKENDS}")
-    gpu = device.type == "cuda"
-    if backend == "auto":  # on a GPU, vLLM's kernels where they load (its `_C` ops come with its package), else Triton
-        vllm_loads = gpu and importable("vllm._custom_ops") and hasattr(torch.ops._C, "silu_and_mul")
-        backend = "vllm" if vllm_loads else "triton" if gpu else "torch"
-    if backend == "torch":
-        ops.use(TorchKernels()); mla_ops.use(TorchMLA()); moe_ops.use(TorchMoE())
-        own = TorchAttention()
-    else:
-        from metainfer.triton_kernels import TritonKernels, interpreting
-        from metainfer.triton_attention import TritonAttention
-        from metainfer.triton_mla import TritonMLA
-        from metainfer.triton_moe import TritonMoE
-        from metainfer.external_kernels import VllmKernels
-        ops.use(VllmKernels() if backend == "vllm" else TritonKernels()); mla_ops.use(TritonMLA()); moe_ops.use(TritonMoE())
-        own = TritonAttention() if gpu or interpreting() else TorchAttention()
-    if attention == "auto":  # on a GPU: flash-attn if it imports, else PyTorch's FlashAttention for fresh prefills
-        from metainfer.triton_attention import varlen_available
-        attention = own.name if not gpu or own.name == "torch" else "flash_attn" if importable("flash_attn") else \
-                    "varlen" if varlen_available() else own.name
-    if attention == "flash_attn":
-        from metainfer.external_kernels import FlashAttnAttention
-        attn = FlashAttnAttention(fallback=own)
-    elif attention == "varlen":
-        from metainfer.triton_attention import VarlenTritonAttention
-        attn = VarlenTritonAttention()
-    elif attention == own.name: attn = own
-    else:
-        from metainfer.triton_attention import TritonAttention
-        attn = TorchAttention() if attention == "torch" else TritonAttention()
-    attention_ops.use(attn)
-    name = backend if attn.name == backend else f"{backend}/{attn.name}"
-    if backend != "torch":
-        from metainfer.triton_kernels import pdl
-        if pdl(): name += "+pdl"  # our Triton kernels launch with programmatic dependent launch
-    return name
-
 # %% ../nbs/13_runner.ipynb #c013
 def kv_block_budget(config: EngineConfig, bytes_per_block: int, max_model_len: int, device: torch.device) -> int:
     "How many KV blocks to allocate."
@@ -128,16 +79,18 @@ def kv_block_budget(config: EngineConfig, bytes_per_block: int, max_model_len: i
 # %% ../nbs/13_runner.ipynb #c015
 class ModelRunner:
     "Owns the model and KV pool of one rank and runs scheduled batches."
-    def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int, tp: ParallelInfo | None = None):
-        self.config, self.model_config, self.tp = config, model_config, tp or get_tp()
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, max_model_len: int,
+                 tp: ParallelInfo = ParallelInfo()):
+        self.config, self.model_config, self.tp = config, model_config, tp
         self.device = resolve_device(config.device, self.tp.rank if self.tp.size > 1 else None)
         if self.device.type == "cuda": torch.cuda.set_device(self.device)  # Triton launches and events use the
                                                                            # current device: make it this one
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
         self.block_size, self.max_model_len = config.block_size, max_model_len
-        self.kernel_backend = select_kernels(self.device, config.kernel_backend, config.attention_backend)
+        self.backend = select_backend(self.device, config.kernel_backend, config.attention_backend)
+        self.kernel_backend = self.backend.name
         with torch.device(self.device), default_dtype(self.dtype):
-            self.model = model_class(model_config.family)(model_config).eval()
+            self.model = model_class(model_config.family)(model_config, self.tp, self.backend).eval()
         load_weights(self.model, config.model, progress=self.tp.rank == 0)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         log.info(f"rank {self.tp.rank}: {self.weight_bytes / 2**30:.2f} GiB of weights on {self.device} "

@@ -8,7 +8,7 @@ import functools, os
 from dataclasses import dataclass
 import torch
 from torch import Tensor
-from .kernels import embedding_ref, linear_ref, norm_linear_ref
+from .kernels import TorchKernels, embedding_ref, linear_ref
 try:
     import triton
     import triton.language as tl
@@ -500,22 +500,28 @@ def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None,
            act: str | None = None) -> Tensor:
-    "`linear_ref`, except that one row on a GPU (a batch-1 decode step) goes through `gemv`, `act` included."
-    if one_gpu_row(x, weight): return gemv(x, weight, bias, out_dtype, act)
-    return linear_ref(x, weight, bias, out_dtype, act)
+    "`linear_ref`, then Triton's `act`; one row on a GPU (a batch-1 decode step) is one `gemv`, `act` in it."
+    if one_gpu_row(x, weight):
+        return gemv(x, weight, bias, out_dtype, act)
+    y = linear_ref(x, weight, bias, out_dtype)
+    return y if act is None else getattr(TritonKernels, act)(y)
 
 def norm_linear(x: Tensor, residual: Tensor | None, norm_weight: Tensor, eps: float, weight: Tensor,
                 bias: Tensor | None = None, act: str | None = None) -> tuple[Tensor, Tensor]:
-    """`norm_linear_ref`, except that one row on a GPU, outside CUDA graph capture, is one `gemv` launch with the norm
+    """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one `gemv` launch with the norm
     in its prologue (same bits). In a graph a launch costs no host time, and the norm kernel is the faster of the two."""
     if not (one_gpu_row(x, weight) and norm_weight.dtype == x.dtype and (residual is None or residual.is_contiguous())
             and prologue_norms_alike(x.shape[-1]) and not torch.cuda.is_current_stream_capturing()):
-        return norm_linear_ref(x, residual, norm_weight, eps, weight, bias, act)
+        if residual is None:
+            normed, residual = rms_norm(x, norm_weight, eps), x
+        else:
+            normed, residual = add_rms_norm(x, residual, norm_weight, eps)
+        return linear(normed, weight, bias, act=act), residual
     residual_out = x if residual is None else torch.empty_like(x)
     return gemv(x, weight, bias, act=act, norm=(residual, norm_weight, eps), residual_out=residual_out), residual_out
 
 # %% ../nbs/03a_triton_kernels.ipynb #c026
-class TritonKernels:
+class TritonKernels(TorchKernels):
     "Triton kernels with the interface of `TorchKernels`: the default GPU backend."
     name = "triton"
     rms_norm = staticmethod(rms_norm)

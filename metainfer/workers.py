@@ -52,7 +52,7 @@ def worker_main(config: EngineConfig, model_config: ModelConfig, max_model_len: 
         serve_rank(runner)
     finally:
         if runner is not None: runner.close()  # graphs go before the process group they captured
-        destroy_tensor_parallel()
+        destroy_tensor_parallel(tp)
 
 # %% ../nbs/13a_workers.ipynb #c008
 class WorkerGroup:

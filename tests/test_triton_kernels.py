@@ -15,7 +15,6 @@ if not torch.cuda.is_available():
     ti._patch_lang_tensor = _patch_lang_tensor
 
 from metainfer import LLM, SamplingParams
-from metainfer.runner import select_kernels
 
 pytest.importorskip("triton")
 
@@ -34,21 +33,42 @@ def test_triton_backend_equals_torch(preset, checkpoints):
     params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokens, logits = {}, {}
-    try:
-        for backend in ("torch", "triton"):
-            llm = LLM(str(checkpoints(preset, initializer_range=0.2)), dtype="float32", device=device,
-                      kernel_backend=backend, block_size=4)
-            assert llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend  # GPU: "triton/varlen+pdl"
-            runner, steps = llm.engine.runner, []
-            run_logits = runner.logits
-            runner.logits = lambda step: steps.append(run_logits(step)[0].clone()) or (steps[-1], None)  # (graphs reuse
-                                                                                                        # buffers)
-            outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(prompts[1:], params, use_tqdm=False)
-            tokens[backend], logits[backend] = [o.outputs[0].token_ids for o in outs], steps
-            assert llm.engine.block_manager.num_cache_hit_tokens >= 2 * 20
-            llm.shutdown()
-    finally:
-        select_kernels(torch.device("cpu"), "torch")  # the kernel tables are global: leave them as other tests expect
+    for backend in ("torch", "triton"):
+        llm = LLM(str(checkpoints(preset, initializer_range=0.2)), dtype="float32", device=device,
+                  kernel_backend=backend, block_size=4)
+        assert llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend  # GPU: "triton/varlen+pdl"
+        runner, steps = llm.engine.runner, []
+        run_logits = runner.logits
+        runner.logits = lambda step: steps.append(run_logits(step)[0].clone()) or (steps[-1], None)  # (graphs reuse
+                                                                                                    # buffers)
+        outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(prompts[1:], params, use_tqdm=False)
+        tokens[backend], logits[backend] = [o.outputs[0].token_ids for o in outs], steps
+        assert llm.engine.block_manager.num_cache_hit_tokens >= 2 * 20
+        llm.shutdown()
     assert tokens["triton"] == tokens["torch"]
     assert len(set(sum(tokens["torch"], []))) > 3  # not a degenerate repeat
     assert max(relative_error(a, b) for a, b in zip(logits["triton"], logits["torch"])) < 1e-5
+
+
+def test_two_engines_two_backends_interleaved(checkpoints):
+    """Two `LLM`s in one process, one on the torch kernels and one on Triton's (its interpreter on a CPU), built
+    before either runs and called in turns: each gives HF's greedy tokens. With process-wide kernel tables the
+    second engine used to switch the first one's kernels."""
+    from metainfer.testing import hf_model, hf_greedy
+    ckpt = str(checkpoints("qwen3-tiny", initializer_range=0.2))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    prompts = [[5, 17, 300, 42, 7], [9, 2, 11]]
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    want = hf_greedy(hf_model(ckpt), prompts, 5)
+    engines = {b: LLM(ckpt, dtype="float32", device=device, kernel_backend=b, block_size=4)
+               for b in ("torch", "triton")}
+    try:
+        assert engines["torch"].engine.runner.backend.ops.name == "torch"
+        assert engines["triton"].engine.runner.backend.ops.name == "triton"
+        for prompt, expected in zip(prompts, want):
+            for name in ("torch", "triton", "torch"):
+                out = engines[name].generate([prompt], params, use_tqdm=False)[0].outputs[0].token_ids
+                assert out == expected, name
+    finally:
+        for llm in engines.values():
+            llm.shutdown()
