@@ -1,3 +1,3 @@
-from metainfer.cli import main
+from metainfer.entrypoints.cli import main
 
 main()

@@ -4,14 +4,14 @@
 
 # %% ../nbs/02_testing.ipynb #c001
 from __future__ import annotations
-import json, shutil
+import json, os, shutil
 from pathlib import Path
 import torch
 import metainfer
 
 # %% auto #0
 __all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'published_config', 'hf_config', 'perturb_constant_tensors',
-           'write_random_checkpoint', 'hf_model', 'hf_greedy']
+           'write_random_checkpoint', 'default_model_dir', 'hf_model', 'hf_greedy']
 
 # %% ../nbs/02_testing.ipynb #c004
 ASSETS = Path(metainfer.__file__).parent / "assets"
@@ -88,6 +88,18 @@ def write_random_checkpoint(out_dir: str | Path, preset: str | dict = "qwen3-tin
     if config.vocab_size >= 151669:  # the Qwen3 tokenizer fits this vocabulary
         for f in ("tokenizer.json", "tokenizer_config.json"): shutil.copy(ASSETS / "tokenizers" / "qwen3" / f, out / f)
     return out
+
+# %% ../nbs/02_testing.ipynb #b305ada2
+def default_model_dir() -> Path:
+    "The embedded default model (tiny Qwen3, random weights), built on first use."
+    root = Path(os.environ.get("METAINFER_CACHE", Path.home() / ".cache" / "metainfer"))
+    path = root / "qwen3-tiny-random"
+    if not (path / "config.json").exists():
+        tmp = root / f".qwen3-tiny-random.{os.getpid()}"
+        write_random_checkpoint(tmp, "qwen3-tiny", seed=0)
+        if not path.exists():
+            tmp.replace(path)
+    return path
 
 # %% ../nbs/02_testing.ipynb #c014
 def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):

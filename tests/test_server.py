@@ -6,8 +6,10 @@ import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import httpx, openai, pytest
 from metainfer import LLM, SamplingParams
-from metainfer.cli import main
-from metainfer.server import AsyncLLMEngine, ServerThread, build_app, parse_metrics
+from metainfer.entrypoints.cli import main
+from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
+from metainfer.entrypoints.openai.api_server import ServerThread, build_app
+from metainfer.entrypoints.openai.serving_status import parse_metrics
 
 KEY = "sk-metainfer-test"
 MAX_MODEL_LEN = 512

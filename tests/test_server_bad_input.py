@@ -3,7 +3,9 @@
 Each case is sent raw (bytes, headers, method), then a normal request must still succeed. Unknown fields are
 *ignored* (see the server notebook), so they are not in this list: `test_server.py` checks that they work."""
 import httpx, pytest
-from metainfer.server import AsyncLLMEngine, ServerThread, build_app, parse_metrics
+from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
+from metainfer.entrypoints.openai.api_server import ServerThread, build_app
+from metainfer.entrypoints.openai.serving_status import parse_metrics
 
 KEY = "sk-bad-input"
 AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}

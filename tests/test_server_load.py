@@ -4,7 +4,9 @@ Every stream gets exactly its number of tokens, and afterwards the KV pool (read
 back; clients that leave mid-stream, or while waiting for a non-streaming answer, are aborted."""
 import asyncio, random, time
 import httpx, openai, pytest
-from metainfer.server import AsyncLLMEngine, ServerThread, build_app, parse_metrics
+from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
+from metainfer.entrypoints.openai.api_server import ServerThread, build_app
+from metainfer.entrypoints.openai.serving_status import parse_metrics
 
 NUM_BLOCKS = 768          # well under the ~1300 blocks 256 requests would hold at once: requests must queue
 

@@ -4,7 +4,8 @@ The served model is the real tiny engine whose logits are overridden step by ste
 "scripted" model): the tokens then go through the real scheduler, detokenizer, stop handling, streaming and parsing."""
 import json
 import openai, pytest, torch
-from metainfer.server import AsyncLLMEngine, ServerThread, build_app
+from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
+from metainfer.entrypoints.openai.api_server import ServerThread, build_app
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},

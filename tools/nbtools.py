@@ -119,7 +119,8 @@ def clean_stream(s: str) -> str:
 
 
 def list_notebooks(nbs_dir: Path):
-    """Notebooks in site order: index.ipynb first, then the rest sorted by relative path.
+    """Notebooks in site order: index.ipynb first, then the rest in reading order: by file name (`15_cli`,
+    `16a_protocol`, ... wherever their folder is), then by relative path.
 
     Like nbdev, files and folders whose names start with `_` or `.` are skipped.
     """
@@ -129,7 +130,7 @@ def list_notebooks(nbs_dir: Path):
         if any(part.startswith(("_", ".")) for part in rel.parts):
             continue
         nbs.append(rel)
-    return sorted(nbs, key=lambda r: (r != Path("index.ipynb"), r.as_posix()))
+    return sorted(nbs, key=lambda r: (r != Path("index.ipynb"), r.name, r.as_posix()))
 
 
 def nb_title(nb: dict, default: str) -> str:

@@ -27,5 +27,5 @@ def run(path: Path) -> float:
 
 
 if __name__ == "__main__":
-    paths = [Path(p) for p in sys.argv[1:]] or sorted(Path("nbs").glob("*.ipynb"))
+    paths = [Path(p) for p in sys.argv[1:]] or sorted(Path("nbs").rglob("*.ipynb"))
     for p in paths: print(f"{p}: {run(p):.1f}s", flush=True)
