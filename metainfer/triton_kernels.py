@@ -485,7 +485,7 @@ def gemv(x: Tensor,                    # [..., K] holding one row
 
 @functools.cache
 def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
-    "The GEMV's tile and launch options for an `[N, K]` weight (`tools/step_chain.py --gemv-tiles` tries others)."
+    "The GEMV's tile and launch options for an `[N, K]` weight."
     return dict(BLOCK_N=8 if cdiv(N, 8) >= 4 * num_sms(device) else 4,  # with act too: a row sums in the same order
                 BLOCK_K=min(1024, next_pow2(K)), num_warps=4, num_stages=3)
 

@@ -327,8 +327,16 @@ def test_metrics_after_requests(server, client):
 
 
 def test_bench_serve_command(server, tmp_path, capsys):
-    main(["bench", "serve", "--base-url", server.url, "--api-key", KEY, "--concurrency", "1,4", "--num-prompts", "8",
-          "--input-len", "24", "--output-len", "6", "--out", str(tmp_path), "--name", "t"])
+    "`metainfer bench serve` through the bench's own parsers (`add_bench_parsers`), as the CLI registers them."
+    import argparse
+    from metainfer.bench import add_bench_parsers
+    parser = argparse.ArgumentParser(prog="metainfer")
+    add_bench_parsers(parser.add_subparsers(dest="command").add_parser("bench").add_subparsers(dest="mode"))
+    argv = ["bench", "serve", "--base-url", server.url, "--api-key", KEY, "--concurrency", "1,4", "--num-prompts", "8",
+            "--input-len", "24", "--output-len", "6", "--out", str(tmp_path), "--name", "t"]
+    args = parser.parse_args(argv)
+    args.argv = argv
+    args.func(args)
     res = json.loads((tmp_path / "t.json").read_text())
     assert res["command"].startswith("metainfer bench serve --base-url")
     assert [(r["concurrency"], r["completed"], r["failed"]) for r in res["runs"]] == [(1, 8, 0), (4, 8, 0)]

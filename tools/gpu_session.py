@@ -3,8 +3,8 @@
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
 Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
 graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
-deepseek-agreement, deepseek-tp2, deepseek-tp2-latency, moe-tiles, decode-tiles, blas-overhead, gemv-sweep,
-agreement-b16, launch-overhead, pdl-probe, decode-chain, step-chain, step-chain-tp2, latency-ab, throughput-ab, eager-ab,
+deepseek-agreement, deepseek-tp2, deepseek-tp2-latency,
+agreement-b16, latency-ab, throughput-ab, eager-ab,
 tp2-latency-ab, deepseek-tp2-latency-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
 (570 s) holds about two of them.
 
@@ -207,7 +207,8 @@ def stage_eager_ab():
     three times (`--repeat`, a host probe after each), as does an older package that has the option (else once)."""
     for at in [*older_packages(), None]:
         name = f"latency-qwen3-8b-b1-eager{f'-at-{at.name}' if at else ''}"
-        repeat = " --repeat 3" if at is None or "--repeat" in (at / "metainfer" / "bench.py").read_text() else ""
+        src = at / "metainfer" / "bench.py" if at else None  # older packages: one bench module
+        repeat = " --repeat 3" if src is None or not src.exists() or "--repeat" in src.read_text() else ""
         bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128{repeat} --name {name}", 90, at)
 
 
@@ -321,57 +322,6 @@ def stage_deepseek_agreement():
 def stage_deepseek_latency():
     bench(f"latency {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --output-len 128 --name latency-dsv2lite-b1 --profile "
           f"--peer hf --peer-modes eager", 180)
-
-
-def stage_moe_tiles():
-    sh(f"{PY} tools/moe_tiles.py --out {RES}/moe-tiles-h200.json", 240)
-    keep()
-
-
-def stage_gemv_sweep():
-    sh(f"{PY} tools/gemv_sweep.py --out {RES}/gemv-sweep-h200.json", 300)
-    keep()
-
-
-def stage_blas_overhead():
-    sh(f"{PY} tools/blas_overhead.py --out {RES}/blas-overhead-h200.json", 60)
-    keep()
-
-
-def stage_launch_overhead():
-    "Host µs per launch: F.linear, torch.empty, a module call, a Triton JIT launch and a cached Triton launch."
-    sh(f"{PY} tools/launch_overhead.py --out {RES}/launch-overhead-h200.json", 60)
-    keep()
-
-
-def stage_pdl_probe():
-    "Gap per dependent kernel in a CUDA graph, plain and with programmatic dependent launch (issue 4's B=1 idle)."
-    sh(f"{PY} tools/pdl_probe.py --out {RES}/pdl-probe-h200.json", 120)
-    keep()
-
-
-def stage_decode_tiles():
-    sh(f"{PY} tools/decode_tiles.py --out {RES}/decode-tiles-h200.json", 300)
-    keep()
-
-
-def stage_step_chain():
-    "A B=1 Qwen3-8B step of the package's kernels (random weights, no engine), per launch option."
-    sh(f"{PY} tools/step_chain.py --out {RES}/step-chain-h200.json", 200)
-    keep()
-
-
-def stage_step_chain_tp2():
-    "One rank's B=1 step of Qwen3-8B at TP=2 (no all-reduce), with GEMV tile candidates: the GEMVs ran at 94 % of the copy rate at TP=2 (run37)."
-    tiles = '[{"BLOCK_N": 8}, {"BLOCK_N": 4}, {"BLOCK_K": 512}, {"num_stages": 4}, {"num_warps": 8}, {"BLOCK_N": 8, "BLOCK_K": 512}]'
-    sh(f"{PY} tools/step_chain.py --tp 2 --gemv-tiles '{tiles}' --out {RES}/step-chain-tp2-h200.json", 300)
-    keep()
-
-
-def stage_decode_chain():
-    "Paged decode's cost a layer inside a B=1 chain of QKV GEMV -> decode -> O GEMV, for each launch option."
-    sh(f"{PY} tools/decode_chain.py --out {RES}/decode-chain-h200.json", 300)
-    keep()
 
 
 def stage_deepseek_throughput():

@@ -8,10 +8,10 @@ import argparse, sys, time
 from dataclasses import fields
 from ..config import EngineConfig, add_engine_args, engine_config
 from .openai.cli_args import add_serve_args
+from ..bench import add_bench_parsers
 
 # %% auto #0
-__all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'bench_cmd', 'bench_serve_cmd', 'add_kernel_arguments',
-           'add_serve_parser', 'add_bench_serve_parser', 'build_parser', 'main']
+__all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'build_parser', 'main']
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #dd410fd2
 def generate_main(args) -> None:
@@ -59,46 +59,11 @@ def serve_cmd(args) -> None:
     from metainfer.entrypoints.openai.api_server import serve_main
     serve_main(args)
 
-def bench_cmd(args) -> None:
-    from metainfer import bench
-    (bench.allreduce_main if args.mode == "allreduce" else bench.bench_main)(args)
-
-def bench_serve_cmd(args) -> None:
-    from metainfer.bench_serve import bench_serve_main
-    bench_serve_main(args)
-
-def add_kernel_arguments(p: argparse.ArgumentParser) -> None:
-    "`--kernel-backend` and `--attention-backend` alone, for the `bench` modes (they have their own)."
-    for f in fields(EngineConfig):
-        if f.name in ("kernel_backend", "attention_backend"):
-            p.add_argument(f"--{f.name.replace('_', '-')}", default=f.default,
-                           choices=f.metadata["choices"], help=f.metadata["help"])
-
 def add_serve_parser(sub) -> None:
     s = sub.add_parser("serve",
                        help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
     add_serve_args(s)
     s.set_defaults(func=serve_cmd)
-
-def add_bench_serve_parser(bench) -> None:
-    b = bench.add_parser("serve", help="drive a running server: TTFT, TPOT, ITL percentiles and throughput")
-    b.add_argument("--base-url", default="http://127.0.0.1:8000")
-    b.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    b.add_argument("--model", default=None, help="default: the server's first model")
-    b.add_argument("--api-key", default=None, help="default: $METAINFER_API_KEY or $OPENAI_API_KEY")
-    b.add_argument("--concurrency", default="1,4,16,64", help="concurrency sweep, e.g. 1,4,16,64")
-    b.add_argument("--request-rate", default=None, help="request-rate sweep in requests/s instead, e.g. 1,4,inf")
-    b.add_argument("--max-concurrency", type=int, default=None, help="cap on in-flight requests in a rate sweep")
-    b.add_argument("--num-prompts", type=int, default=None, help="requests per level (default: 4 x concurrency, >= 16; 200 per rate)")
-    b.add_argument("--input-len", type=int, default=256, help="mean prompt length in tokens (log-normal)")
-    b.add_argument("--output-len", type=int, default=128, help="mean completion length in tokens (log-normal)")
-    b.add_argument("--temperature", type=float, default=0.0)
-    b.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--num-warmups", type=int, default=2)
-    b.add_argument("--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png")
-    b.add_argument("--name", default=None, help="file name stem (default: serve-MODEL-ENDPOINT-DATE)")
-    b.set_defaults(func=bench_serve_cmd)
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #1a1a7000
 def build_parser() -> argparse.ArgumentParser:
@@ -106,15 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     add_generate_parser(sub)
     add_serve_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks, one mode per kind of measurement").add_subparsers(dest="mode", required=True)
-    add_bench_serve_parser(bench)
-    from metainfer.bench import add_bench_arguments
-    for mode, what in (("latency", "decode tokens/s, TTFT, TPOT vs the roofline (and --peer hf)"),
-                       ("throughput", "offline: 256 sequences, lengths uniform in [100, 1024]"),
-                       ("agreement", "teacher-forced top-1 agreement with HF or an earlier run"),
-                       ("allreduce", "all-reduce latency, NCCL vs symmetric memory")):
-        add_bench_arguments(m := bench.add_parser(mode, help=what)); add_kernel_arguments(m)
-        m.set_defaults(func=bench_cmd)
+    bench = sub.add_parser("bench", help="benchmarks, one mode per kind of measurement")
+    add_bench_parsers(bench.add_subparsers(dest="mode", required=True))
     return p
 
 def main(argv: list[str] | None = None) -> None:
