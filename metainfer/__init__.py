@@ -1,4 +1,4 @@
 __version__ = "0.1.0"
 
-from metainfer.sequence import SamplingParams
-from metainfer.engine import LLM, LLMEngine, RequestOutput, CompletionOutput, Logprob
+from metainfer.engine.sequence import SamplingParams
+from metainfer.engine.llm_engine import LLM, LLMEngine, RequestOutput, CompletionOutput, Logprob

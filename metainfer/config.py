@@ -4,7 +4,8 @@
 
 # %% ../nbs/01_config.ipynb #c001
 from __future__ import annotations
-import argparse, json
+import argparse
+import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ ARCHITECTURES: dict[str, str] = {
 def model_family(architecture: str) -> str:
     "The model family that serves `architecture`, or a clear error listing what is supported."
     if architecture not in ARCHITECTURES:
-        raise ValueError(f"Unsupported architecture {architecture!r}; supported: {', '.join(ARCHITECTURES)}")
+        raise ValueError(
+            f"Unsupported architecture {architecture!r}; supported: {', '.join(ARCHITECTURES)}"
+        )
     return ARCHITECTURES[architecture]
 
 # %% ../nbs/01_config.ipynb #c009
@@ -34,13 +37,15 @@ def _rope(hf: dict) -> tuple[float, dict | None]:
     params = hf.get("rope_parameters") or {}
     theta = hf.get("rope_theta", params.get("rope_theta", 10000.0))
     scaling = hf.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"}
-    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default": scaling = None
+    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        scaling = None
     return float(theta), scaling
 
 # %% ../nbs/01_config.ipynb #c010
 @dataclass(frozen=True)
 class ModelConfig:
     "The shapes and constants of one checkpoint, read from its `config.json`."
+
     architecture: str
     family: str
     vocab_size: int
@@ -56,7 +61,7 @@ class ModelConfig:
     max_position_embeddings: int
     tie_word_embeddings: bool
     qkv_bias: bool  # Qwen2: bias on q/k/v projections
-    qk_norm: bool   # Qwen3: RMSNorm on each head of q and k
+    qk_norm: bool  # Qwen3: RMSNorm on each head of q and k
     eos_token_ids: tuple[int, ...]
     torch_dtype: str
     hf: dict = field(repr=False, compare=False, default_factory=dict)
@@ -65,63 +70,92 @@ class ModelConfig:
     def from_dict(cls, hf: dict) -> ModelConfig:
         arch = (hf.get("architectures") or ["?"])[0]
         family = model_family(arch)
-        if hf.get("use_sliding_window"): raise ValueError("sliding-window attention is not supported")
+        if hf.get("use_sliding_window"):
+            raise ValueError("sliding-window attention is not supported")
         theta, scaling = _rope(hf)
         eos = hf.get("eos_token_id")
         heads = hf["num_attention_heads"]
-        return cls(architecture=arch, family=family, vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
-                   intermediate_size=hf["intermediate_size"], num_hidden_layers=hf["num_hidden_layers"],
-                   num_attention_heads=heads, num_key_value_heads=hf.get("num_key_value_heads") or heads,
-                   head_dim=hf.get("head_dim") or hf["hidden_size"] // heads, rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-                   rope_theta=theta, rope_scaling=scaling, max_position_embeddings=hf.get("max_position_embeddings", 4096),
-                   tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-                   qkv_bias=arch == "Qwen2ForCausalLM" or bool(hf.get("attention_bias", False)),
-                   qk_norm=arch == "Qwen3ForCausalLM",
-                   eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
-                   torch_dtype=hf.get("torch_dtype") or hf.get("dtype") or "bfloat16", hf=hf)
+        return cls(
+            architecture=arch,
+            family=family,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_hidden_layers=hf["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            qkv_bias=arch == "Qwen2ForCausalLM" or bool(hf.get("attention_bias", False)),
+            qk_norm=arch == "Qwen3ForCausalLM",
+            eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+            torch_dtype=hf.get("torch_dtype") or hf.get("dtype") or "bfloat16",
+            hf=hf,
+        )
 
 # %% ../nbs/01_config.ipynb #c011
 def load_model_config(model_dir: str | Path) -> ModelConfig:
     "Read `model_dir/config.json` into a `ModelConfig`."
     path = Path(model_dir) / "config.json"
-    if not path.exists(): raise FileNotFoundError(f"no config.json in {model_dir}")
+    if not path.exists():
+        raise FileNotFoundError(f"no config.json in {model_dir}")
     return ModelConfig.from_dict(json.loads(path.read_text()))
 
 # %% ../nbs/01_config.ipynb #c017
 KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")  # element-wise, MoE and MLA kernels
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
 
+
 def arg(default: Any, help: str, **flag: Any) -> Any:
     "A dataclass field that is also a command-line flag: `help` and argparse options (`choices`, `alias`)."
     return field(default=default, metadata={"help": help, **flag})
 
+
 @dataclass
 class EngineConfig:
     "What one engine is asked to do: which model, where, how parallel, the scheduler's limits, which kernels."
+
     model: str  # checkpoint folder (config.json, *.safetensors, tokenizer)
     tensor_parallel_size: int = arg(1, "ranks each layer is split over", alias="-tp")
-    expert_parallel_size: int | None = arg(None, "MoE: experts split this many ways (a divisor of TP; "
-                                                 "default: TP)")
-    dtype: str = arg("auto", "auto: the checkpoint's on GPU, float32 on CPU",
-                     choices=("auto", "float32", "bfloat16", "float16"))
+    expert_parallel_size: int | None = arg(
+        None, "MoE: experts split this many ways (a divisor of TP; default: TP)"
+    )
+    dtype: str = arg(
+        "auto",
+        "auto: the checkpoint's on GPU, float32 on CPU",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
     device: str = arg("auto", "auto: CUDA if available, else CPU")
     block_size: int = arg(16, "tokens per KV block")
     num_kv_blocks: int | None = arg(None, "KV pool size in blocks (default: from memory)")
     kv_cache_memory_gb: float = arg(1.0, "CPU: KV budget when --num-kv-blocks is not given")
     gpu_memory_utilization: float = arg(0.9, "share of GPU memory the engine may use")
     max_num_seqs: int = arg(256, "sequences in one decode batch")
-    max_num_batched_tokens: int = arg(8192, "tokens in one prefill batch (raised to max_model_len if "
-                                            "smaller)")
-    max_model_len: int | None = arg(None, "prompt + completion (default: the config's "
-                                          "max_position_embeddings)")
+    max_num_batched_tokens: int = arg(
+        8192, "tokens in one prefill batch (raised to max_model_len if smaller)"
+    )
+    max_model_len: int | None = arg(
+        None, "prompt + completion (default: the config's max_position_embeddings)"
+    )
     enable_prefix_caching: bool = arg(True, "reuse the KV blocks of a prompt's cached prefix")
     enforce_eager: bool = arg(False, "GPU: no CUDA graphs")
     async_scheduling: bool = arg(True, "prepare step N+1 while the GPU runs step N")
     disable_custom_all_reduce: bool = arg(False, "GPU TP: NCCL for every all-reduce")
-    kernel_backend: str = arg("auto", "element-wise, MoE and MLA kernels (auto: vLLM's if it imports, "
-                                      "else Triton on GPU, torch on CPU)", choices=KERNEL_BACKENDS)
-    attention_backend: str = arg("auto", "auto: flash_attn if it imports, else the kernel backend's own",
-                                 choices=ATTENTION_BACKENDS)
+    kernel_backend: str = arg(
+        "auto",
+        "element-wise, MoE and MLA kernels (auto: vLLM's if it imports, "
+        "else Triton on GPU, torch on CPU)",
+        choices=KERNEL_BACKENDS,
+    )
+    attention_backend: str = arg(
+        "auto",
+        "auto: flash_attn if it imports, else the kernel backend's own",
+        choices=ATTENTION_BACKENDS,
+    )
     pdl: bool = arg(True, "Hopper: Triton kernels launch with programmatic dependent launch")
     seed: int = arg(0, "the engine's base seed")
 
@@ -142,13 +176,17 @@ def _flag_type(annotation: str) -> type:
     "The argparse type of a field annotated `annotation` (a string, under `from __future__ import annotations`)."
     return next(t for t in (bool, int, float, str) if t.__name__ in annotation)
 
+
 def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argparse.ArgumentParser:
     "One flag per `EngineConfig` field (`--max-model-len`, ...), with the field's help; `defaults` override."
     for f in fields(EngineConfig):
         if "help" not in f.metadata:
             continue
         kind, default = _flag_type(f.type), defaults.get(f.name, f.default)
-        names = [f"--{f.name.replace('_', '-')}", *([f.metadata["alias"]] if "alias" in f.metadata else [])]
+        names = [
+            f"--{f.name.replace('_', '-')}",
+            *([f.metadata["alias"]] if "alias" in f.metadata else []),
+        ]
         options = {"default": default, "help": f.metadata["help"], "dest": f.name}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
@@ -156,6 +194,7 @@ def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argpars
             options.update(type=kind, choices=f.metadata.get("choices"))
         parser.add_argument(*names, **options)
     return parser
+
 
 def engine_config(args: argparse.Namespace, model: str, **overrides: Any) -> EngineConfig:
     "The `EngineConfig` of parsed `add_engine_args` flags, for `model`."

@@ -4,7 +4,9 @@
 
 # %% ../nbs/02_testing.ipynb #c001
 from __future__ import annotations
-import json, os, shutil
+import json
+import os
+import shutil
 from pathlib import Path
 import torch
 import metainfer
@@ -16,50 +18,121 @@ __all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'published
 # %% ../nbs/02_testing.ipynb #c004
 ASSETS = Path(metainfer.__file__).parent / "assets"
 
+
 def published_config(name: str) -> dict:
     "A published `config.json` shipped in `metainfer/assets/configs` (`Qwen3-0.6B`, `Qwen3-8B`, `DeepSeek-V2-Lite`)."
     path = ASSETS / "configs" / f"{name}.json"
     if not path.exists():
-        raise ValueError(f"no published config {name!r}; have {[p.stem for p in (ASSETS / 'configs').glob('*.json')]}")
+        raise ValueError(
+            f"no published config {name!r}; have {[p.stem for p in (ASSETS / 'configs').glob('*.json')]}"
+        )
     return json.loads(path.read_text())
 
 # %% ../nbs/02_testing.ipynb #c006
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=2048)
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+)
 PRESETS: dict[str, dict] = {
     "qwen3-tiny": published_config("Qwen3-0.6B") | TINY | dict(head_dim=32),
-    "qwen3-tiny-mqa": published_config("Qwen3-0.6B") | TINY | dict(head_dim=16, num_key_value_heads=1),
-    "qwen2-tiny": published_config("Qwen3-0.6B") | TINY | dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2",
-                                                              head_dim=None, tie_word_embeddings=False),
+    "qwen3-tiny-mqa": published_config("Qwen3-0.6B")
+    | TINY
+    | dict(head_dim=16, num_key_value_heads=1),
+    "qwen2-tiny": published_config("Qwen3-0.6B")
+    | TINY
+    | dict(
+        architectures=["Qwen2ForCausalLM"],
+        model_type="qwen2",
+        head_dim=None,
+        tie_word_embeddings=False,
+    ),
 }
 
 # %% ../nbs/02_testing.ipynb #c008
-DEEPSEEK_TINY = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
-                     num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=16,
-                     qk_nope_head_dim=24, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2,
-                     first_k_dense_replace=1, vocab_size=1024, bos_token_id=0, eos_token_id=1, max_position_embeddings=2048,
-                     rope_scaling=dict(type="yarn", factor=32, original_max_position_embeddings=64, beta_fast=32,
-                                       beta_slow=1, mscale=0.707, mscale_all_dim=0.707))
+DEEPSEEK_TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    moe_intermediate_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=32,
+    qk_rope_head_dim=16,
+    qk_nope_head_dim=24,
+    v_head_dim=16,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    n_shared_experts=2,
+    first_k_dense_replace=1,
+    vocab_size=1024,
+    bos_token_id=0,
+    eos_token_id=1,
+    max_position_embeddings=2048,
+    rope_scaling=dict(
+        type="yarn",
+        factor=32,
+        original_max_position_embeddings=64,
+        beta_fast=32,
+        beta_slow=1,
+        mscale=0.707,
+        mscale_all_dim=0.707,
+    ),
+)
 PRESETS |= {
     "deepseek-v2-tiny": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY,
-    "deepseek-v2-tiny-qlora": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY | dict(
-        q_lora_rank=48, topk_method="group_limited_greedy", n_group=4, topk_group=2, routed_scaling_factor=1.5),
-    "deepseek-v3-tiny": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY | dict(
-        architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", q_lora_rank=48, num_experts_per_tok=3,
-        n_shared_experts=1, topk_method="noaux_tc", scoring_func="sigmoid", n_group=4, topk_group=2,
-        norm_topk_prob=True, routed_scaling_factor=2.5,
-        rope_scaling=DEEPSEEK_TINY["rope_scaling"] | dict(mscale=1.0, mscale_all_dim=0.8)),
+    "deepseek-v2-tiny-qlora": published_config("DeepSeek-V2-Lite")
+    | DEEPSEEK_TINY
+    | dict(
+        q_lora_rank=48,
+        topk_method="group_limited_greedy",
+        n_group=4,
+        topk_group=2,
+        routed_scaling_factor=1.5,
+    ),
+    "deepseek-v3-tiny": published_config("DeepSeek-V2-Lite")
+    | DEEPSEEK_TINY
+    | dict(
+        architectures=["DeepseekV3ForCausalLM"],
+        model_type="deepseek_v3",
+        q_lora_rank=48,
+        num_experts_per_tok=3,
+        n_shared_experts=1,
+        topk_method="noaux_tc",
+        scoring_func="sigmoid",
+        n_group=4,
+        topk_group=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        rope_scaling=DEEPSEEK_TINY["rope_scaling"] | dict(mscale=1.0, mscale_all_dim=0.8),
+    ),
 }
 
 # %% ../nbs/02_testing.ipynb #c009
 KEEP_NULL = {"q_lora_rank"}  # DeepSeek: null means "no q LoRA", not "the config class's default"
 
+
 def hf_config(preset_or_dict: str | dict, **overrides):
     "A transformers config object from a preset name, a published config name, or a dict."
     from transformers import AutoConfig
-    d = preset_or_dict if isinstance(preset_or_dict, dict) else (
-        PRESETS[preset_or_dict] if preset_or_dict in PRESETS else published_config(preset_or_dict))
-    d = {k: v for k, v in (d | overrides).items() if (v is not None or k in KEEP_NULL) and k not in ("transformers_version",)}
+
+    d = (
+        preset_or_dict
+        if isinstance(preset_or_dict, dict)
+        else (
+            PRESETS[preset_or_dict]
+            if preset_or_dict in PRESETS
+            else published_config(preset_or_dict)
+        )
+    )
+    d = {
+        k: v
+        for k, v in (d | overrides).items()
+        if (v is not None or k in KEEP_NULL) and k not in ("transformers_version",)
+    }
     return AutoConfig.for_model(d.pop("model_type"), **d)
 
 # %% ../nbs/02_testing.ipynb #c010
@@ -67,26 +140,42 @@ def hf_config(preset_or_dict: str | dict, **overrides):
 def perturb_constant_tensors(model: torch.nn.Module, scale: float = 0.1) -> list[str]:
     "Add noise to every tensor HF initializes to one constant (norm weights, zero biases); returns their names."
     named = list(model.named_parameters()) + list(model.named_buffers())
-    const = [(n, t) for n, t in named if t.is_floating_point() and t.numel() > 1 and bool((t == t.flatten()[0]).all())]
-    for _, t in const: t.add_(scale * torch.randn_like(t))
+    const = [
+        (n, t)
+        for n, t in named
+        if t.is_floating_point() and t.numel() > 1 and bool((t == t.flatten()[0]).all())
+    ]
+    for _, t in const:
+        t.add_(scale * torch.randn_like(t))
     return [n for n, _ in const]
 
-def write_random_checkpoint(out_dir: str | Path, preset: str | dict = "qwen3-tiny", seed: int = 0,
-                            dtype: torch.dtype = torch.float32, max_shard_size: str = "5MB",
-                            device: str = "cpu", perturb_constants: bool = False, **overrides) -> Path:
+
+def write_random_checkpoint(
+    out_dir: str | Path,
+    preset: str | dict = "qwen3-tiny",
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    max_shard_size: str = "5MB",
+    device: str = "cpu",
+    perturb_constants: bool = False,
+    **overrides,
+) -> Path:
     "Build a random-weight HF model for `preset` and write it with `save_pretrained`, plus the Qwen3 tokenizer."
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
+
     logging.disable_progress_bar()
     out = Path(out_dir)
     config = hf_config(preset, **overrides)
     torch.manual_seed(seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    if perturb_constants: perturb_constant_tensors(model)
+    if perturb_constants:
+        perturb_constant_tensors(model)
     model.save_pretrained(out, max_shard_size=max_shard_size)
     if config.vocab_size >= 151669:  # the Qwen3 tokenizer fits this vocabulary
-        for f in ("tokenizer.json", "tokenizer_config.json"): shutil.copy(ASSETS / "tokenizers" / "qwen3" / f, out / f)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(ASSETS / "tokenizers" / "qwen3" / f, out / f)
     return out
 
 # %% ../nbs/02_testing.ipynb #b305ada2
@@ -106,8 +195,10 @@ def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: 
     "Load `model_dir` with HF transformers (eager reference)."
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
+
     logging.disable_progress_bar()
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+
 
 @torch.no_grad()
 def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -115,7 +206,14 @@ def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int) -> list[list
     outs = []
     for ids in prompts:
         x = torch.tensor([ids], device=model.device)
-        y = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens, min_new_tokens=0,
-                           do_sample=False, eos_token_id=None, pad_token_id=0)
-        outs.append(y[0, len(ids):].tolist())
+        y = model.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+        outs.append(y[0, len(ids) :].tolist())
     return outs

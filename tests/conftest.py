@@ -11,8 +11,11 @@ def checkpoints(tmp_path_factory):
     def get(preset: str, **overrides):
         key = (preset, tuple(sorted(overrides.items())))
         if key not in cache:
-            cache[key] = write_random_checkpoint(root / f"{preset}-{len(cache)}", preset, **overrides)
+            cache[key] = write_random_checkpoint(
+                root / f"{preset}-{len(cache)}", preset, **overrides
+            )
         return cache[key]
+
     return get
 
 
@@ -21,6 +24,8 @@ def hf_models():
     cache = {}
 
     def get(path):
-        if path not in cache: cache[path] = hf_model(path)
+        if path not in cache:
+            cache[path] = hf_model(path)
         return cache[path]
+
     return get

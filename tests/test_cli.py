@@ -1,11 +1,27 @@
-import subprocess, sys
+import subprocess
+import sys
 from pathlib import Path
 
 
 def test_generate_cli_prints_text_and_speed(checkpoints):
     ckpt = checkpoints("qwen3-tiny")
     exe = Path(sys.executable).parent / "metainfer"  # the console script installed with the package
-    r = subprocess.run([str(exe), "generate", str(ckpt), "--prompt", "Hello", "--max-tokens", "8", "--device", "cpu",
-                        "--ignore-eos"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            str(exe),
+            "generate",
+            str(ckpt),
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "8",
+            "--device",
+            "cpu",
+            "--ignore-eos",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "8 tokens in" in r.stdout and "tokens/s" in r.stdout

@@ -1,7 +1,7 @@
 """Acceptance (issue 5, CPU part): tiny DeepSeek-V2/V3 greedy tokens equal HF; TP=2 (with EP) equals TP=1."""
+
 import multiprocessing as mp
 import pytest
-import torch
 from metainfer import LLM
 from metainfer.testing import hf_greedy
 from test_generate_vs_hf import random_prompts, GREEDY
@@ -35,7 +35,9 @@ def test_prefix_cache_hits_read_cached_latents(checkpoints, hf_models):
     prompts = [shared + tail for tail in random_prompts(8, seed=23, vocab=VOCAB, lo=1, hi=20)]
     with LLM(ckpt, dtype="float32", device="cpu", block_size=16) as llm:
         first = [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
-        second = [o.outputs[0].token_ids for o in llm.generate(prompts[::-1], GREEDY, use_tqdm=False)]
+        second = [
+            o.outputs[0].token_ids for o in llm.generate(prompts[::-1], GREEDY, use_tqdm=False)
+        ]
         assert llm.engine.block_manager.num_cache_hit_tokens >= (7 + 8) * 32
     ref = hf_greedy(hf_models(ckpt), prompts, 64)
     assert first == ref and second == ref[::-1]

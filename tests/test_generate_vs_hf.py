@@ -1,14 +1,22 @@
 """Acceptance (issue 2): greedy output of tiny Qwen3/Qwen2 equals HF transformers token for token (fp32, CPU)."""
+
 import random
-import pytest, torch
+import pytest
+import torch
 from metainfer import LLM, SamplingParams
 from metainfer.testing import hf_greedy
 
-PRESETS = ["qwen3-tiny", "qwen3-tiny-mqa", "qwen2-tiny"]  # head_dim != hidden/heads + tied; 1 KV head; qkv bias
+PRESETS = [
+    "qwen3-tiny",
+    "qwen3-tiny-mqa",
+    "qwen2-tiny",
+]  # head_dim != hidden/heads + tied; 1 KV head; qkv bias
 GREEDY = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
 
 
-def random_prompts(n: int, seed: int, vocab: int = 151643, lo: int = 1, hi: int = 70) -> list[list[int]]:
+def random_prompts(
+    n: int, seed: int, vocab: int = 151643, lo: int = 1, hi: int = 70
+) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
 
@@ -31,8 +39,10 @@ def test_prefix_cache_hits_give_same_tokens(preset, checkpoints, hf_models):
     shared = random_prompts(1, seed=2, lo=40, hi=40)[0]
     prompts = [shared + tail for tail in random_prompts(8, seed=3, lo=1, hi=20)]
     llm = LLM(ckpt, dtype="float32", device="cpu", block_size=16)
-    first = llm.generate(prompts, GREEDY, use_tqdm=False)          # hits within one batch
-    second = llm.generate(prompts[::-1], GREEDY, use_tqdm=False)   # hits on blocks cached by the first call
+    first = llm.generate(prompts, GREEDY, use_tqdm=False)  # hits within one batch
+    second = llm.generate(
+        prompts[::-1], GREEDY, use_tqdm=False
+    )  # hits on blocks cached by the first call
     bm = llm.engine.block_manager
     assert bm.num_cache_hit_tokens >= (7 + 8) * 32
     ref = hf_greedy(hf_models(ckpt), prompts, 64)
@@ -46,10 +56,14 @@ def test_text_prompts_and_tokenizer(checkpoints, hf_models):
     llm = LLM(ckpt, dtype="float32", device="cpu")
     tok = llm.get_tokenizer()
     prompts = ["The path of a token", "Hello, world!", "日本語", "def main():\n    return 0"]
-    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+    outs = llm.generate(
+        prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False
+    )
     ref = hf_greedy(hf_models(ckpt), [tok(p).input_ids for p in prompts], 16)
     assert [o.outputs[0].token_ids for o in outs] == ref
-    assert [o.outputs[0].text for o in outs] == [tok.decode(r, skip_special_tokens=True) for r in ref]
+    assert [o.outputs[0].text for o in outs] == [
+        tok.decode(r, skip_special_tokens=True) for r in ref
+    ]
     assert [o.prompt for o in outs] == prompts
 
 
@@ -62,43 +76,71 @@ def test_logprobs_equal_hf(checkpoints, hf_models, monkeypatch):
     """Asked-for logprobs are HF's log-softmax at each new token's place (teacher-forced on the same tokens): the
     chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded sampled requests alike; prompt
     logprobs too, scored a few rows at a time (a one-token prompt has nothing to score)."""
-    import metainfer.runner
-    monkeypatch.setattr(metainfer.runner, "SCORE_CHUNK", 7)   # several chunks a prompt, and chunks across prompts
+    import metainfer.engine.runner
+
+    monkeypatch.setattr(
+        metainfer.engine.runner, "SCORE_CHUNK", 7
+    )  # several chunks a prompt, and chunks across prompts
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(6, seed=5)
     prompts[2] = prompts[2][:1]
-    params = [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3, prompt_logprobs=2),
-              SamplingParams(temperature=1.0, top_k=40, seed=9, max_tokens=12, ignore_eos=True, logprobs=0),
-              SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, prompt_logprobs=1)] * 2
+    params = [
+        SamplingParams(
+            temperature=0, max_tokens=12, ignore_eos=True, logprobs=3, prompt_logprobs=2
+        ),
+        SamplingParams(
+            temperature=1.0, top_k=40, seed=9, max_tokens=12, ignore_eos=True, logprobs=0
+        ),
+        SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, prompt_logprobs=1),
+    ] * 2
     llm = LLM(ckpt, dtype="float32", device="cpu")
     outs = llm.generate(prompts, params, use_tqdm=False)
     hf = hf_models(ckpt)
-    assert outs[2].prompt_logprobs == [None]                   # a one-token prompt
+    assert outs[2].prompt_logprobs == [None]  # a one-token prompt
     greedy = [i for i, p in enumerate(params) if p.temperature == 0]
-    assert [outs[i].outputs[0].token_ids for i in greedy] == hf_greedy(hf, [prompts[i] for i in greedy], 12)
+    assert [outs[i].outputs[0].token_ids for i in greedy] == hf_greedy(
+        hf, [prompts[i] for i in greedy], 12
+    )
     for prompt, p, out in zip(prompts, params, outs):
         c = out.outputs[0]
-        if p.prompt_logprobs is None: assert out.prompt_logprobs is None
+        if p.prompt_logprobs is None:
+            assert out.prompt_logprobs is None
         else:  # the prompt's tokens after the first, scored by the rows before them
-            with torch.no_grad(): ref = hf(torch.tensor([prompt])).logits[0, :-1].log_softmax(-1)
+            with torch.no_grad():
+                ref = hf(torch.tensor([prompt])).logits[0, :-1].log_softmax(-1)
             assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
             for t, e, r in zip(prompt[1:], out.prompt_logprobs[1:], ref):
-                assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and rank_agrees(e[t].rank, r, t)
+                assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and rank_agrees(
+                    e[t].rank, r, t
+                )
                 assert set(e) == {t, *r.topk(p.prompt_logprobs).indices.tolist()}
         if p.logprobs is None:
             assert c.logprobs is None and c.cumulative_logprob is None
             continue
-        with torch.no_grad(): ref = hf(torch.tensor([prompt + c.token_ids])).logits[0, len(prompt) - 1:-1].log_softmax(-1)
+        with torch.no_grad():
+            ref = (
+                hf(torch.tensor([prompt + c.token_ids]))
+                .logits[0, len(prompt) - 1 : -1]
+                .log_softmax(-1)
+            )
         assert len(c.logprobs) == len(c.token_ids) == 12
         for t, e, r in zip(c.token_ids, c.logprobs, ref):
-            assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and rank_agrees(e[t].rank, r, t)
+            assert e[t].logprob == pytest.approx(r[t].item(), abs=1e-5) and rank_agrees(
+                e[t].rank, r, t
+            )
             top = r.topk(p.logprobs)
             assert set(e) == {t, *top.indices.tolist()}
             for rank, (i, v) in enumerate(zip(top.indices.tolist(), top.values.tolist()), 1):
-                assert e[i].logprob == pytest.approx(v, abs=1e-5) and e[i].rank == (e[t].rank if i == t else rank)
+                assert e[i].logprob == pytest.approx(v, abs=1e-5) and e[i].rank == (
+                    e[t].rank if i == t else rank
+                )
         assert p.temperature > 0 or all(e[t].rank == 1 for t, e in zip(c.token_ids, c.logprobs))
-        assert c.cumulative_logprob == pytest.approx(sum(e[t].logprob for t, e in zip(c.token_ids, c.logprobs)))
-        assert c.logprobs[0][c.token_ids[0]].decoded_token == llm.get_tokenizer().decode([c.token_ids[0]])
+        assert c.cumulative_logprob == pytest.approx(
+            sum(e[t].logprob for t, e in zip(c.token_ids, c.logprobs))
+        )
+        assert c.logprobs[0][c.token_ids[0]].decoded_token == llm.get_tokenizer().decode(
+            [c.token_ids[0]]
+        )
 
 
 def test_prompt_logprobs_skip_cache_hits(checkpoints, hf_models):
@@ -110,10 +152,17 @@ def test_prompt_logprobs_skip_cache_hits(checkpoints, hf_models):
     bm = llm.engine.block_manager
     first = llm.generate([prompt], GREEDY, use_tqdm=False)[0]
     hits = bm.num_cache_hit_tokens
-    scored = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=64, ignore_eos=True, prompt_logprobs=0),
-                          use_tqdm=False)[0]
+    scored = llm.generate(
+        [prompt],
+        SamplingParams(temperature=0, max_tokens=64, ignore_eos=True, prompt_logprobs=0),
+        use_tqdm=False,
+    )[0]
     assert bm.num_cache_hit_tokens == hits and len(scored.prompt_logprobs) == 40
-    assert scored.outputs[0].token_ids == first.outputs[0].token_ids == hf_greedy(hf_models(ckpt), [prompt], 64)[0]
+    assert (
+        scored.outputs[0].token_ids
+        == first.outputs[0].token_ids
+        == hf_greedy(hf_models(ckpt), [prompt], 64)[0]
+    )
     llm.generate([prompt], GREEDY, use_tqdm=False)
     assert bm.num_cache_hit_tokens == hits + 32
 
@@ -126,27 +175,57 @@ def test_penalties_bias_and_min_tokens(checkpoints, hf_models):
     ckpt = checkpoints("qwen3-tiny")
     hf, prompts = hf_models(ckpt), random_prompts(5, seed=8)
     first = [t[0] for t in hf_greedy(hf, prompts, 1)]
-    params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, repetition_penalty=1.4),
-              SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logit_bias={777: 4.0, first[1]: -50.0}),
-              SamplingParams(temperature=0, max_tokens=16, stop_token_ids=[first[2]], min_tokens=5),
-              SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, presence_penalty=0.3, frequency_penalty=0.5),
-              GREEDY]
-    outs = [o.outputs[0] for o in LLM(ckpt, dtype="float32", device="cpu").generate(prompts, params, use_tqdm=False)]
+    params = [
+        SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, repetition_penalty=1.4),
+        SamplingParams(
+            temperature=0, max_tokens=16, ignore_eos=True, logit_bias={777: 4.0, first[1]: -50.0}
+        ),
+        SamplingParams(temperature=0, max_tokens=16, stop_token_ids=[first[2]], min_tokens=5),
+        SamplingParams(
+            temperature=0,
+            max_tokens=16,
+            ignore_eos=True,
+            presence_penalty=0.3,
+            frequency_penalty=0.5,
+        ),
+        GREEDY,
+    ]
+    outs = [
+        o.outputs[0]
+        for o in LLM(ckpt, dtype="float32", device="cpu").generate(prompts, params, use_tqdm=False)
+    ]
 
     def hf_generate(prompt, **kw):
         x = torch.tensor([prompt])
-        y = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=16, do_sample=False, pad_token_id=0, **kw)
-        return y[0, len(prompt):].tolist()
-    assert outs[0].token_ids == hf_generate(prompts[0], repetition_penalty=1.4, eos_token_id=None, min_new_tokens=0)
-    assert outs[1].token_ids == hf_generate(prompts[1], sequence_bias={(777,): 4.0, (first[1],): -50.0}, eos_token_id=None,
-                                            min_new_tokens=0)
+        y = hf.generate(
+            x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=16,
+            do_sample=False,
+            pad_token_id=0,
+            **kw,
+        )
+        return y[0, len(prompt) :].tolist()
+
+    assert outs[0].token_ids == hf_generate(
+        prompts[0], repetition_penalty=1.4, eos_token_id=None, min_new_tokens=0
+    )
+    assert outs[1].token_ids == hf_generate(
+        prompts[1],
+        sequence_bias={(777,): 4.0, (first[1],): -50.0},
+        eos_token_id=None,
+        min_new_tokens=0,
+    )
     assert outs[2].token_ids == hf_generate(prompts[2], min_new_tokens=5, eos_token_id=first[2])
     assert first[2] not in outs[2].token_ids[:5]
     assert outs[4].token_ids == hf_greedy(hf, prompts[4:], 64)[0]
     ids = outs[3].token_ids
-    with torch.no_grad(): logits = hf(torch.tensor([prompts[3] + ids])).logits[0, len(prompts[3]) - 1:-1]
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompts[3] + ids])).logits[0, len(prompts[3]) - 1 : -1]
     for k, (row, t) in enumerate(zip(logits, ids)):
-        counts = torch.bincount(torch.tensor(ids[:k], dtype=torch.long), minlength=row.numel()).float()
+        counts = torch.bincount(
+            torch.tensor(ids[:k], dtype=torch.long), minlength=row.numel()
+        ).float()
         adjusted = row - 0.5 * counts - 0.3 * (counts > 0)
         assert adjusted[t] >= adjusted.max() - 1e-5
-    assert ids != hf_greedy(hf, prompts[3:4], 16)[0]   # (the penalties change the plain greedy path)
+    assert ids != hf_greedy(hf, prompts[3:4], 16)[0]  # (the penalties change the plain greedy path)

@@ -2,7 +2,9 @@
 
 Each case is sent raw (bytes, headers, method), then a normal request must still succeed. Unknown fields are
 *ignored* (see the server notebook), so they are not in this list: `test_server.py` checks that they work."""
-import httpx, pytest
+
+import httpx
+import pytest
 from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
 from metainfer.entrypoints.openai.api_server import ServerThread, build_app
 from metainfer.entrypoints.openai.serving_status import parse_metrics
@@ -19,92 +21,464 @@ CASES = [
     ("empty body", "POST", CMPL, b"", AUTH, 400, "invalid_json"),
     ("JSON array body", "POST", CMPL, b'[{"prompt": "x"}]', AUTH, 400, None),
     ("JSON string body", "POST", CMPL, b'"hello"', AUTH, 400, None),
-    ("invalid UTF-8 in a string", "POST", CMPL, b'{"prompt": "caf\xe9 \xff\xfe"}', AUTH, 400, "invalid_json"),
+    (
+        "invalid UTF-8 in a string",
+        "POST",
+        CMPL,
+        b'{"prompt": "caf\xe9 \xff\xfe"}',
+        AUTH,
+        400,
+        "invalid_json",
+    ),
     ("lone surrogate escape", "POST", CMPL, b'{"prompt": "a\\ud800b"}', AUTH, 400, "invalid_json"),
-    ("nested 5000 deep", "POST", CMPL, b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", AUTH, 400, "invalid_json"),
+    (
+        "nested 5000 deep",
+        "POST",
+        CMPL,
+        b'{"prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+        AUTH,
+        400,
+        "invalid_json",
+    ),
     ("missing prompt", "POST", CMPL, b'{"max_tokens": 3}', AUTH, 400, None),
     ("prompt of wrong type", "POST", CMPL, b'{"prompt": 123}', AUTH, 400, None),
-    ("max_tokens as a string", "POST", CMPL, b'{"prompt": "x", "max_tokens": "3"}', AUTH, 400, None),
+    (
+        "max_tokens as a string",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "max_tokens": "3"}',
+        AUTH,
+        400,
+        None,
+    ),
     ("max_tokens as a float", "POST", CMPL, b'{"prompt": "x", "max_tokens": 3.5}', AUTH, 400, None),
     ("stream as a string", "POST", CMPL, b'{"prompt": "x", "stream": "yes"}', AUTH, 400, None),
     ("negative max_tokens", "POST", CMPL, b'{"prompt": "x", "max_tokens": -1}', AUTH, 400, None),
     ("zero max_tokens", "POST", CMPL, b'{"prompt": "x", "max_tokens": 0}', AUTH, 400, None),
-    ("huge max_tokens", "POST", CMPL, b'{"prompt": "x", "max_tokens": 1000000000000000000000000}', AUTH, 400, "context_length_exceeded"),
-    ("negative temperature", "POST", CMPL, b'{"prompt": "x", "temperature": -0.5}', AUTH, 400, None),
+    (
+        "huge max_tokens",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "max_tokens": 1000000000000000000000000}',
+        AUTH,
+        400,
+        "context_length_exceeded",
+    ),
+    (
+        "negative temperature",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "temperature": -0.5}',
+        AUTH,
+        400,
+        None,
+    ),
     ("NaN temperature", "POST", CMPL, b'{"prompt": "x", "temperature": NaN}', AUTH, 400, None),
     ("infinite top_p", "POST", CMPL, b'{"prompt": "x", "top_p": Infinity}', AUTH, 400, None),
     ("top_p above 1", "POST", CMPL, b'{"prompt": "x", "top_p": 1.5}', AUTH, 400, None),
     ("top_p of 0", "POST", CMPL, b'{"prompt": "x", "top_p": 0}', AUTH, 400, None),
     ("top_k below -1", "POST", CMPL, b'{"prompt": "x", "top_k": -5}', AUTH, 400, None),
-    ("top_k beyond int64", "POST", CMPL, b'{"prompt": "x", "top_k": 100000000000000000000}', AUTH, 400, None),
-    ("seed beyond int64", "POST", CMPL, b'{"prompt": "x", "seed": 1180591620717411303424}', AUTH, 400, None),
+    (
+        "top_k beyond int64",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "top_k": 100000000000000000000}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "seed beyond int64",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "seed": 1180591620717411303424}',
+        AUTH,
+        400,
+        None,
+    ),
     ("empty prompt", "POST", CMPL, b'{"prompt": ""}', AUTH, 400, None),
     ("empty token list", "POST", CMPL, b'{"prompt": []}', AUTH, 400, None),
-    ("token id beyond the vocabulary", "POST", CMPL, b'{"prompt": [1, 2, 999999999]}', AUTH, 400, None),
+    (
+        "token id beyond the vocabulary",
+        "POST",
+        CMPL,
+        b'{"prompt": [1, 2, 999999999]}',
+        AUTH,
+        400,
+        None,
+    ),
     ("negative token id", "POST", CMPL, b'{"prompt": [-1]}', AUTH, 400, None),
-    ("token ids longer than max_model_len", "POST", CMPL, b'{"prompt": [' + b"1," * 300 + b'1]}', AUTH, 400, "context_length_exceeded"),
-    ("text longer than max_model_len", "POST", CMPL, b'{"prompt": "' + b"hello " * 400 + b'"}', AUTH, 400, "context_length_exceeded"),
-    ("prompt + max_tokens over max_model_len", "POST", CMPL, b'{"prompt": "hi", "max_tokens": 256}', AUTH, 400, "context_length_exceeded"),
+    (
+        "token ids longer than max_model_len",
+        "POST",
+        CMPL,
+        b'{"prompt": [' + b"1," * 300 + b"1]}",
+        AUTH,
+        400,
+        "context_length_exceeded",
+    ),
+    (
+        "text longer than max_model_len",
+        "POST",
+        CMPL,
+        b'{"prompt": "' + b"hello " * 400 + b'"}',
+        AUTH,
+        400,
+        "context_length_exceeded",
+    ),
+    (
+        "prompt + max_tokens over max_model_len",
+        "POST",
+        CMPL,
+        b'{"prompt": "hi", "max_tokens": 256}',
+        AUTH,
+        400,
+        "context_length_exceeded",
+    ),
     ("several prompts, one empty", "POST", CMPL, b'{"prompt": ["a", ""]}', AUTH, 400, None),
-    ("several prompts, one too long", "POST", CMPL, b'{"prompt": [[1], [' + b"1," * 300 + b'1]]}', AUTH, 400, "context_length_exceeded"),
+    (
+        "several prompts, one too long",
+        "POST",
+        CMPL,
+        b'{"prompt": [[1], [' + b"1," * 300 + b"1]]}",
+        AUTH,
+        400,
+        "context_length_exceeded",
+    ),
     ("n = 0", "POST", CMPL, b'{"prompt": "x", "n": 0}', AUTH, 400, None),
     ("n over 128", "POST", CMPL, b'{"prompt": "x", "n": 129}', AUTH, 400, None),
-    ("best_of below n", "POST", CMPL, b'{"prompt": "x", "best_of": 2, "n": 3}', AUTH, 400, "invalid_value"),
+    (
+        "best_of below n",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "best_of": 2, "n": 3}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
     ("best_of over 128", "POST", CMPL, b'{"prompt": "x", "best_of": 129}', AUTH, 400, None),
-    ("best_of > n greedy", "POST", CMPL, b'{"prompt": "x", "best_of": 2, "temperature": 0}', AUTH, 400, "invalid_value"),
-    ("best_of > n streamed", "POST", CMPL, b'{"prompt": "x", "best_of": 2, "stream": true}', AUTH, 400, "invalid_value"),
-    ("logprobs over 20", "POST", CMPL, b'{"prompt": "x", "logprobs": 21}', AUTH, 400, "invalid_value"),
-    ("negative logprobs", "POST", CMPL, b'{"prompt": "x", "logprobs": -1}', AUTH, 400, "invalid_value"),
+    (
+        "best_of > n greedy",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "best_of": 2, "temperature": 0}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "best_of > n streamed",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "best_of": 2, "stream": true}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "logprobs over 20",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "logprobs": 21}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "negative logprobs",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "logprobs": -1}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
     ("logprobs as a boolean", "POST", CMPL, b'{"prompt": "x", "logprobs": true}', AUTH, 400, None),
     ("suffix", "POST", CMPL, b'{"prompt": "x", "suffix": "y"}', AUTH, 400, "unsupported_parameter"),
-    ("presence penalty over 2", "POST", CMPL, b'{"prompt": "x", "presence_penalty": 2.5}', AUTH, 400, "invalid_value"),
-    ("logit_bias keyed by a word", "POST", CMPL, b'{"prompt": "x", "logit_bias": {"the": 1}}', AUTH, 400, "invalid_value"),
-    ("logit_bias beyond the vocabulary", "POST", CMPL, b'{"prompt": "x", "logit_bias": {"999999999": 1}}', AUTH, 400, None),
-    ("min_tokens over max_tokens", "POST", CMPL, b'{"prompt": "x", "max_tokens": 2, "min_tokens": 3}', AUTH, 400, "invalid_value"),
+    (
+        "presence penalty over 2",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "presence_penalty": 2.5}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "logit_bias keyed by a word",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "logit_bias": {"the": 1}}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "logit_bias beyond the vocabulary",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "logit_bias": {"999999999": 1}}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "min_tokens over max_tokens",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "max_tokens": 2, "min_tokens": 3}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
     ("empty stop string", "POST", CMPL, b'{"prompt": "x", "stop": [""]}', AUTH, 400, None),
     ("stop of wrong type", "POST", CMPL, b'{"prompt": "x", "stop": 7}', AUTH, 400, None),
-    ("stream_options of wrong type", "POST", CMPL, b'{"prompt": "x", "stream": true, "stream_options": "usage"}', AUTH, 400, None),
-    ("unknown model", "POST", CMPL, b'{"model": "gpt-9", "prompt": "x"}', AUTH, 404, "model_not_found"),
-    ("body over the size limit", "POST", CMPL, b'{"prompt": "' + b"x" * (MAX_BODY + 10) + b'"}', AUTH, 413, "request_too_large"),
-    ("missing API key", "POST", CMPL, b'{"prompt": "x"}', {"Content-Type": "application/json"}, 401, "invalid_api_key"),
-    ("wrong API key", "POST", CMPL, b'{"prompt": "x"}', {"Authorization": "Bearer nope"}, 401, "invalid_api_key"),
-    ("wrong auth scheme", "POST", CMPL, b'{"prompt": "x"}', {"Authorization": f"Basic {KEY}"}, 401, "invalid_api_key"),
+    (
+        "stream_options of wrong type",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "stream": true, "stream_options": "usage"}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "unknown model",
+        "POST",
+        CMPL,
+        b'{"model": "gpt-9", "prompt": "x"}',
+        AUTH,
+        404,
+        "model_not_found",
+    ),
+    (
+        "body over the size limit",
+        "POST",
+        CMPL,
+        b'{"prompt": "' + b"x" * (MAX_BODY + 10) + b'"}',
+        AUTH,
+        413,
+        "request_too_large",
+    ),
+    (
+        "missing API key",
+        "POST",
+        CMPL,
+        b'{"prompt": "x"}',
+        {"Content-Type": "application/json"},
+        401,
+        "invalid_api_key",
+    ),
+    (
+        "wrong API key",
+        "POST",
+        CMPL,
+        b'{"prompt": "x"}',
+        {"Authorization": "Bearer nope"},
+        401,
+        "invalid_api_key",
+    ),
+    (
+        "wrong auth scheme",
+        "POST",
+        CMPL,
+        b'{"prompt": "x"}',
+        {"Authorization": f"Basic {KEY}"},
+        401,
+        "invalid_api_key",
+    ),
     ("unknown route", "POST", "/v1/nothing", b"{}", AUTH, 404, "not_found"),
     ("wrong method", "GET", CMPL, b"", AUTH, 405, "method_not_allowed"),
     ("chat: missing messages", "POST", CHAT, b'{"max_tokens": 3}', AUTH, 400, None),
     ("chat: empty messages", "POST", CHAT, b'{"messages": []}', AUTH, 400, None),
     ("chat: messages not a list", "POST", CHAT, b'{"messages": "hi"}', AUTH, 400, None),
-    ("chat: unknown role", "POST", CHAT, b'{"messages": [{"role": "robot", "content": "hi"}]}', AUTH, 400, None),
-    ("chat: content of wrong type", "POST", CHAT, b'{"messages": [{"role": "user", "content": 5}]}', AUTH, 400, None),
-    ("chat: image content part", "POST", CHAT,
-     b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}', AUTH, 400, None),
-    ("chat: negative max_completion_tokens", "POST", CHAT, b'{' + MSG + b', "max_completion_tokens": -3}', AUTH, 400, None),
+    (
+        "chat: unknown role",
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "robot", "content": "hi"}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: content of wrong type",
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": 5}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: image content part",
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: negative max_completion_tokens",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "max_completion_tokens": -3}',
+        AUTH,
+        400,
+        None,
+    ),
     ("responses: no input", "POST", "/v1/responses", b'{"model": "tiny"}', AUTH, 400, None),
-    ("responses: background", "POST", "/v1/responses", b'{"input": "hi", "background": true}', AUTH, 400, "unsupported_parameter"),
-    ("responses: JSON text format", "POST", "/v1/responses", b'{"input": "hi", "text": {"format": {"type": "json_object"}}}', AUTH, 400, "unsupported_parameter"),
-    ("responses: an image part", "POST", "/v1/responses", b'{"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}', AUTH, 400, None),
-    ("responses: unknown item type", "POST", "/v1/responses", b'{"input": [{"type": "web_search_call"}]}', AUTH, 400, None),
-    ("tokenize: neither prompt nor messages", "POST", "/tokenize", b'{"add_special_tokens": false}', AUTH, 400, "invalid_value"),
+    (
+        "responses: background",
+        "POST",
+        "/v1/responses",
+        b'{"input": "hi", "background": true}',
+        AUTH,
+        400,
+        "unsupported_parameter",
+    ),
+    (
+        "responses: JSON text format",
+        "POST",
+        "/v1/responses",
+        b'{"input": "hi", "text": {"format": {"type": "json_object"}}}',
+        AUTH,
+        400,
+        "unsupported_parameter",
+    ),
+    (
+        "responses: an image part",
+        "POST",
+        "/v1/responses",
+        b'{"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "responses: unknown item type",
+        "POST",
+        "/v1/responses",
+        b'{"input": [{"type": "web_search_call"}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "tokenize: neither prompt nor messages",
+        "POST",
+        "/tokenize",
+        b'{"add_special_tokens": false}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
     ("detokenize: tokens as text", "POST", "/detokenize", b'{"tokens": "1 2"}', AUTH, 400, None),
-    ("detokenize: a negative id", "POST", "/detokenize", b'{"tokens": [1, -2]}', AUTH, 400, "invalid_value"),
-    ("chat: tool_choice naming no tool", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}], '
-     b'"tool_choice": {"type": "function", "function": {"name": "g"}}}', AUTH, 400, "invalid_value"),
-    ("chat: a tool that is no function", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "web_search"}]}', AUTH, 400, None),
-    ("chat: a function without a name", "POST", CHAT, b'{' + MSG + b', "tools": [{"type": "function", "function": {}}]}', AUTH, 400, None),
-    ("chat: tool call arguments not a string", "POST", CHAT, b'{"messages": [{"role": "assistant", "tool_calls": [{"type": '
-     b'"function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}', AUTH, 400, None),
-    ("chat: JSON response format", "POST", CHAT, b'{' + MSG + b', "response_format": {"type": "json_object"}}', AUTH, 400, "unsupported_parameter"),
-    ("chat: top_logprobs without logprobs", "POST", CHAT, b'{' + MSG + b', "top_logprobs": 2}', AUTH, 400, "invalid_value"),
-    ("chat: top_logprobs over 20", "POST", CHAT, b'{' + MSG + b', "logprobs": true, "top_logprobs": 21}', AUTH, 400, "invalid_value"),
-    ("chat: template kwargs not an object", "POST", CHAT, b'{' + MSG + b', "chat_template_kwargs": [1]}', AUTH, 400, None),
-    ("chat: template kwargs that break it", "POST", CHAT, b'{' + MSG + b', "chat_template_kwargs": {"tokenize": true}}', AUTH, 400, None),
+    (
+        "detokenize: a negative id",
+        "POST",
+        "/detokenize",
+        b'{"tokens": [1, -2]}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "chat: tool_choice naming no tool",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "tools": [{"type": "function", "function": {"name": "f"}}], '
+        b'"tool_choice": {"type": "function", "function": {"name": "g"}}}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "chat: a tool that is no function",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "tools": [{"type": "web_search"}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: a function without a name",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "tools": [{"type": "function", "function": {}}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: tool call arguments not a string",
+        "POST",
+        CHAT,
+        b'{"messages": [{"role": "assistant", "tool_calls": [{"type": '
+        b'"function", "function": {"name": "f", "arguments": {"a": 1}}}]}]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: JSON response format",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "response_format": {"type": "json_object"}}',
+        AUTH,
+        400,
+        "unsupported_parameter",
+    ),
+    (
+        "chat: top_logprobs without logprobs",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "top_logprobs": 2}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "chat: top_logprobs over 20",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "logprobs": true, "top_logprobs": 21}',
+        AUTH,
+        400,
+        "invalid_value",
+    ),
+    (
+        "chat: template kwargs not an object",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "chat_template_kwargs": [1]}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "chat: template kwargs that break it",
+        "POST",
+        CHAT,
+        b"{" + MSG + b', "chat_template_kwargs": {"tokenize": true}}',
+        AUTH,
+        400,
+        None,
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
 def server(checkpoints):
-    engine = AsyncLLMEngine.from_engine_args(str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu",
-                                             num_kv_blocks=128, max_model_len=MAX_MODEL_LEN)
+    engine = AsyncLLMEngine.from_engine_args(
+        str(checkpoints("qwen3-tiny")),
+        dtype="float32",
+        device="cpu",
+        num_kv_blocks=128,
+        max_model_len=MAX_MODEL_LEN,
+    )
     with ServerThread(build_app(engine, ["tiny"], api_key=KEY, max_body_bytes=MAX_BODY)) as srv:
         yield srv
     engine.shutdown()
@@ -112,26 +486,41 @@ def server(checkpoints):
 
 @pytest.fixture(scope="module")
 def http(server):
-    with httpx.Client(base_url=server.url, timeout=30) as c: yield c
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
 
 
 def normal_request_succeeds(http) -> None:
-    r = http.post(CMPL, headers=AUTH, json={"model": "tiny", "prompt": "hi", "max_tokens": 2, "ignore_eos": True})
+    r = http.post(
+        CMPL,
+        headers=AUTH,
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 2, "ignore_eos": True},
+    )
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
 
 def test_there_are_enough_distinct_cases():
-    distinct_requests = {(method, path, body, str(headers)) for _, method, path, body, headers, _, _ in CASES}
+    distinct_requests = {
+        (method, path, body, str(headers)) for _, method, path, body, headers, _, _ in CASES
+    }
     assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(distinct_requests) == len(CASES)
 
 
-@pytest.mark.parametrize("name,method,path,body,headers,status,code", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "name,method,path,body,headers,status,code", CASES, ids=[c[0] for c in CASES]
+)
 def test_bad_request(http, name, method, path, body, headers, status, code):
     r = http.request(method, path, content=body, headers=headers)
     assert r.status_code == status, r.text
     err = r.json()["error"]
-    assert isinstance(err["message"], str) and err["message"] and isinstance(err["type"], str) and "code" in err
-    if code is not None: assert err["code"] == code
+    assert (
+        isinstance(err["message"], str)
+        and err["message"]
+        and isinstance(err["type"], str)
+        and "code" in err
+    )
+    if code is not None:
+        assert err["code"] == code
     normal_request_succeeds(http)
 
 
@@ -144,5 +533,9 @@ def test_bad_streaming_request_fails_before_the_stream(http):
 def test_server_is_clean_afterwards(server, http):
     normal_request_succeeds(http)
     m = parse_metrics(http.get("/metrics").text)
-    assert (m["num_requests_in_engine"], m["num_free_kv_blocks"], m["num_kv_blocks"]) == (0, 128, 128)
+    assert (m["num_requests_in_engine"], m["num_free_kv_blocks"], m["num_kv_blocks"]) == (
+        0,
+        128,
+        128,
+    )
     assert http.get("/health").json() == {"status": "ok"}

@@ -2,22 +2,39 @@
 
 The served model is the real tiny engine whose logits are overridden step by step to write a chosen text (a
 "scripted" model): the tokens then go through the real scheduler, detokenizer, stop handling, streaming and parsing."""
+
 import json
-import openai, pytest, torch
+import openai
+import pytest
+import torch
 from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
 from metainfer.entrypoints.openai.api_server import ServerThread, build_app
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
-         {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "now", "parameters": {"type": "object", "properties": {}}},
+    },
+]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
-ANSWER = ('<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n{"name": "get_weather", '
-          '"arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
+ANSWER = (
+    '<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n{"name": "get_weather", '
+    '"arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
+)
 CALLS = [("get_weather", {"city": "Paris"}), ("now", {})]
 
 
 class Script:
     "Wraps a model's `compute_logits` so that its next calls pick the given token ids, one per call (one request at a time)."
+
     def __init__(self, model):
         self.compute, self.ids = model.compute_logits, []
         model.compute_logits = self
@@ -32,8 +49,13 @@ class Script:
 
 @pytest.fixture(scope="module")
 def served(checkpoints):
-    engine = AsyncLLMEngine.from_engine_args(str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu",
-                                             num_kv_blocks=256, max_model_len=512)
+    engine = AsyncLLMEngine.from_engine_args(
+        str(checkpoints("qwen3-tiny")),
+        dtype="float32",
+        device="cpu",
+        num_kv_blocks=256,
+        max_model_len=512,
+    )
     script = Script(engine.engine.runner.model)
     with ServerThread(build_app(engine, ["tiny"], reasoning_parser="qwen3")) as srv:
         yield srv, script, engine.tokenizer
@@ -41,12 +63,15 @@ def served(checkpoints):
 
 
 @pytest.fixture
-def client(served): return openai.OpenAI(base_url=f"{served[0].url}/v1", api_key="none", max_retries=0)
+def client(served):
+    return openai.OpenAI(base_url=f"{served[0].url}/v1", api_key="none", max_retries=0)
 
 
 def will_write(served, text: str) -> None:
     _, script, tok = served
-    script.ids = tok(text, add_special_tokens=False).input_ids + [tok.convert_tokens_to_ids("<|im_end|>")]
+    script.ids = tok(text, add_special_tokens=False).input_ids + [
+        tok.convert_tokens_to_ids("<|im_end|>")
+    ]
 
 
 def calls_of(tool_calls) -> list:
@@ -55,7 +80,9 @@ def calls_of(tool_calls) -> list:
 
 def test_tool_calls_and_reasoning(served, client):
     will_write(served, ANSWER)
-    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100)
+    r = client.chat.completions.create(
+        model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100
+    )
     c = r.choices[0]
     assert c.finish_reason == "tool_calls" and c.message.content == "Let me look."
     assert c.message.model_extra["reasoning_content"] == "\nThe user wants the weather.\n"
@@ -65,8 +92,11 @@ def test_tool_calls_and_reasoning(served, client):
 
 def test_streamed_tool_calls_equal_whole(served, client):
     will_write(served, ANSWER)
-    chunks = list(client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100,
-                                                 stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100, stream=True
+        )
+    )
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     content = "".join(d.content or "" for d in deltas)
     reasoning = "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas)
@@ -74,13 +104,17 @@ def test_streamed_tool_calls_equal_whole(served, client):
     assert (content, reasoning) == ("Let me look.", "\nThe user wants the weather.\n")
     assert calls_of(calls) == CALLS and [t.index for t in calls] == [0, 1]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
-    assert not any("<tool_call>" in (d.content or "") or "think>" in (d.content or "") for d in deltas)
+    assert not any(
+        "<tool_call>" in (d.content or "") or "think>" in (d.content or "") for d in deltas
+    )
 
 
 def test_tool_choice_none_and_no_tools_leave_the_text(served, client):
     for extra in ({"tools": TOOLS, "tool_choice": "none"}, {}):
         will_write(served, ANSWER)
-        r = client.chat.completions.create(model="tiny", messages=ASK, temperature=0, max_tokens=100, **extra)
+        r = client.chat.completions.create(
+            model="tiny", messages=ASK, temperature=0, max_tokens=100, **extra
+        )
         c = r.choices[0]
         assert (c.finish_reason, c.message.tool_calls) == ("stop", None)
         assert c.message.content == ANSWER.split("</think>\n\n")[1]
@@ -89,122 +123,299 @@ def test_tool_choice_none_and_no_tools_leave_the_text(served, client):
 def test_a_call_that_is_not_json_stays_in_the_content(served, client):
     text = 'Sure. <tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
     will_write(served, text)
-    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100)
-    assert (r.choices[0].message.content, r.choices[0].message.tool_calls, r.choices[0].finish_reason) == (text, None, "stop")
+    r = client.chat.completions.create(
+        model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100
+    )
+    assert (
+        r.choices[0].message.content,
+        r.choices[0].message.tool_calls,
+        r.choices[0].finish_reason,
+    ) == (text, None, "stop")
 
 
 def test_tool_results_are_rendered_by_the_template(served, client):
     "A second turn sends the calls and their results back: the prompt is the template's rendering of those messages."
     _, _, tok = served
-    calls = [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
-    messages = ASK + [{"role": "assistant", "content": "Let me look.", "tool_calls": calls},
-                      {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'}]
+    calls = [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+    ]
+    messages = ASK + [
+        {"role": "assistant", "content": "Let me look.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
+    ]
     will_write(served, "It is 21 degrees.")
-    r = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, temperature=0, max_tokens=100,
-                                       extra_body={"return_token_ids": True})
-    as_template_takes_them = messages[:1] + [messages[1] | {"tool_calls": [calls[0] | {"function": {
-        "name": "get_weather", "arguments": {"city": "Paris"}}}]}, messages[2]]
-    text = tok.apply_chat_template(as_template_takes_them, tools=TOOLS, tokenize=False, add_generation_prompt=True)
-    assert "<tool_response>\n{\"temperature\": 21}\n</tool_response>" in text and '"name": "get_weather"' in text
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        tools=TOOLS,
+        temperature=0,
+        max_tokens=100,
+        extra_body={"return_token_ids": True},
+    )
+    as_template_takes_them = messages[:1] + [
+        messages[1]
+        | {
+            "tool_calls": [
+                calls[0] | {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+            ]
+        },
+        messages[2],
+    ]
+    text = tok.apply_chat_template(
+        as_template_takes_them, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    assert (
+        '<tool_response>\n{"temperature": 21}\n</tool_response>' in text
+        and '"name": "get_weather"' in text
+    )
     assert r.model_extra["prompt_token_ids"] == tok(text, add_special_tokens=False).input_ids
-    assert (r.choices[0].message.content, r.choices[0].finish_reason) == ("It is 21 degrees.", "stop")
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == (
+        "It is 21 degrees.",
+        "stop",
+    )
 
 
 def test_reasoning_cut_off_by_max_tokens(served, client):
     will_write(served, "<think>\nA long thought that never ends")
     r = client.chat.completions.create(model="tiny", messages=ASK, temperature=0, max_tokens=5)
     m = r.choices[0].message
-    assert r.choices[0].finish_reason == "length" and m.content == "" and m.model_extra["reasoning_content"].startswith("\nA long")
+    assert (
+        r.choices[0].finish_reason == "length"
+        and m.content == ""
+        and m.model_extra["reasoning_content"].startswith("\nA long")
+    )
 
 
 def test_a_tag_in_the_question_is_no_reasoning(served, client):
     "Only a prompt that ends by opening <think> starts the output inside the reasoning; a user may write the tag."
     will_write(served, "It is a tag.")
-    r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "What is <think>"}], max_tokens=20)
-    assert (r.choices[0].message.content, r.choices[0].message.model_extra["reasoning_content"]) == ("It is a tag.", None)
+    r = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "What is <think>"}], max_tokens=20
+    )
+    assert (
+        r.choices[0].message.content,
+        r.choices[0].message.model_extra["reasoning_content"],
+    ) == ("It is a tag.", None)
 
 
 def test_tool_choice_required_or_named_starts_the_call(served, client):
     "A named function (or `required`) starts the reply with that call (or a call); the model writes the rest."
     _, _, tok = served
     will_write(served, '{"city": "Paris"}}\n</tool_call>')
-    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, extra_body={"return_token_ids": True},
-                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
-    assert (calls_of(r.choices[0].message.tool_calls), r.choices[0].finish_reason) == ([CALLS[0]], "tool_calls")
-    assert tok.decode(r.model_extra["prompt_token_ids"]).endswith('assistant\n<tool_call>\n{"name": "get_weather", "arguments": ')
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=ASK,
+        tools=TOOLS,
+        extra_body={"return_token_ids": True},
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    assert (calls_of(r.choices[0].message.tool_calls), r.choices[0].finish_reason) == (
+        [CALLS[0]],
+        "tool_calls",
+    )
+    assert tok.decode(r.model_extra["prompt_token_ids"]).endswith(
+        'assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
+    )
     will_write(served, 'now", "arguments": {}}\n</tool_call>')
-    chunks = list(client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", stream=True))
-    assert calls_of([t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]) == [CALLS[1]]
-    will_write(served, '{"city": ')       # arguments that never close stay text: nothing is made up
-    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "now"}})
-    assert (r.choices[0].message.tool_calls, r.choices[0].message.content) == (None, '<tool_call>\n{"name": "now", "arguments": {"city": ')
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", stream=True
+        )
+    )
+    assert calls_of(
+        [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    ) == [CALLS[1]]
+    will_write(served, '{"city": ')  # arguments that never close stay text: nothing is made up
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "now"}},
+    )
+    assert (r.choices[0].message.tool_calls, r.choices[0].message.content) == (
+        None,
+        '<tool_call>\n{"name": "now", "arguments": {"city": ',
+    )
     with pytest.raises(openai.BadRequestError, match="not one of the tools"):
-        client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "f"}})
+        client.chat.completions.create(
+            model="tiny",
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice={"type": "function", "function": {"name": "f"}},
+        )
     with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
         client.chat.completions.create(model="tiny", messages=ASK, tool_choice="auto")
 
 
-RESPONSE_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]   # (the Responses API spells them flat)
+RESPONSE_TOOLS = [
+    {"type": "function", **t["function"]} for t in TOOLS
+]  # (the Responses API spells them flat)
 
 
 def test_responses_api_items(served, client):
     "/v1/responses: reasoning, message and function_call items, streamed (events in order) and not, alike."
     will_write(served, ANSWER)
-    r = client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100)
-    assert [o.type for o in r.output] == ["reasoning", "message", "function_call", "function_call"] and r.id.startswith("resp_")
-    assert (r.status, r.output_text, r.output[0].content[0].text) == ("completed", "Let me look.", "\nThe user wants the weather.\n")
-    assert [(o.name, json.loads(o.arguments)) for o in r.output[2:]] == CALLS and r.usage.output_tokens > 10
+    r = client.responses.create(
+        model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100
+    )
+    assert [o.type for o in r.output] == [
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call",
+    ] and r.id.startswith("resp_")
+    assert (r.status, r.output_text, r.output[0].content[0].text) == (
+        "completed",
+        "Let me look.",
+        "\nThe user wants the weather.\n",
+    )
+    assert [
+        (o.name, json.loads(o.arguments)) for o in r.output[2:]
+    ] == CALLS and r.usage.output_tokens > 10
     will_write(served, ANSWER)
-    events = list(client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100,
-                                          stream=True))
+    events = list(
+        client.responses.create(
+            model="tiny",
+            input="Weather in Paris?",
+            tools=RESPONSE_TOOLS,
+            max_output_tokens=100,
+            stream=True,
+        )
+    )
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert (events[0].type, events[-1].type) == ("response.created", "response.completed")
     same = lambda items: [o.model_dump(exclude={"id", "call_id"}) for o in items]
     assert same(events[-1].response.output) == same(r.output)
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Let me look."
-    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "\nThe user wants the weather.\n"
-    for cut in (100, 5):     # the SDK's own stream helper checks the events' order and builds the response from them
+    assert (
+        "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Let me look."
+    )
+    assert (
+        "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+        == "\nThe user wants the weather.\n"
+    )
+    for cut in (
+        100,
+        5,
+    ):  # the SDK's own stream helper checks the events' order and builds the response from them
         will_write(served, ANSWER)
-        with client.responses.stream(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=cut) as s:
+        with client.responses.stream(
+            model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=cut
+        ) as s:
             final = s.get_final_response()
         assert final.status == ("completed" if cut == 100 else "incomplete")
-        if cut == 100:   # (the helper's own types add a `parsed` field)
-            assert ([o.type for o in final.output], final.output_text) == ([o.type for o in r.output], r.output_text)
-            assert [(o.name, o.arguments) for o in final.output[2:]] == [(o.name, o.arguments) for o in r.output[2:]]
+        if cut == 100:  # (the helper's own types add a `parsed` field)
+            assert ([o.type for o in final.output], final.output_text) == (
+                [o.type for o in r.output],
+                r.output_text,
+            )
+            assert [(o.name, o.arguments) for o in final.output[2:]] == [
+                (o.name, o.arguments) for o in r.output[2:]
+            ]
 
 
 def test_responses_api_second_turn_and_limits(served, client):
     "Earlier calls and their outputs go back as input items: the prompt is the chat's; max_output_tokens marks it incomplete."
     _, _, tok = served
-    first = [{"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
-             {"type": "function_call_output", "call_id": "c1", "output": '{"temperature": 21}'}]
+    first = [
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+        },
+        {"type": "function_call_output", "call_id": "c1", "output": '{"temperature": 21}'},
+    ]
     will_write(served, "It is 21 degrees.")
-    r = client.responses.create(model="tiny", input=[{"role": "user", "content": "Weather in Paris?"}, *first],
-                                instructions="Be terse.", tools=RESPONSE_TOOLS)
-    messages = [{"role": "system", "content": "Be terse."}, *ASK,
-                {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
-                    "name": "get_weather", "arguments": {"city": "Paris"}}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": '{"temperature": 21}'}]
-    text = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
-    assert r.usage.input_tokens == len(tok(text, add_special_tokens=False).input_ids) and r.output_text == "It is 21 degrees."
-    will_write(served, ANSWER)                 # a previous response's output sent back as it is, reasoning included
+    r = client.responses.create(
+        model="tiny",
+        input=[{"role": "user", "content": "Weather in Paris?"}, *first],
+        instructions="Be terse.",
+        tools=RESPONSE_TOOLS,
+    )
+    messages = [
+        {"role": "system", "content": "Be terse."},
+        *ASK,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"temperature": 21}'},
+    ]
+    text = tok.apply_chat_template(
+        messages, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
+    assert (
+        r.usage.input_tokens == len(tok(text, add_special_tokens=False).input_ids)
+        and r.output_text == "It is 21 degrees."
+    )
+    will_write(
+        served, ANSWER
+    )  # a previous response's output sent back as it is, reasoning included
     done = client.responses.create(model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS)
     will_write(served, "It is 21 degrees.")
     back = [o.model_dump(exclude_none=True) for o in done.output]
-    r = client.responses.create(model="tiny", input=[{"role": "user", "content": "Weather in Paris?"}, *back,
-                                *[{"type": "function_call_output", "call_id": o.call_id, "output": "ok"} for o in done.output[2:]]],
-                                tools=RESPONSE_TOOLS)
-    calls = [{"id": o.call_id, "type": "function", "function": {"name": o.name, "arguments": json.loads(o.arguments)}} for o in done.output[2:]]
-    messages = [*ASK, {"role": "assistant", "content": "Let me look.", "reasoning_content": "\nThe user wants the weather.\n",
-                       "tool_calls": calls}, *[{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls]]
-    text = tok.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    r = client.responses.create(
+        model="tiny",
+        input=[
+            {"role": "user", "content": "Weather in Paris?"},
+            *back,
+            *[
+                {"type": "function_call_output", "call_id": o.call_id, "output": "ok"}
+                for o in done.output[2:]
+            ],
+        ],
+        tools=RESPONSE_TOOLS,
+    )
+    calls = [
+        {
+            "id": o.call_id,
+            "type": "function",
+            "function": {"name": o.name, "arguments": json.loads(o.arguments)},
+        }
+        for o in done.output[2:]
+    ]
+    messages = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "reasoning_content": "\nThe user wants the weather.\n",
+            "tool_calls": calls,
+        },
+        *[{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls],
+    ]
+    text = tok.apply_chat_template(
+        messages, tools=TOOLS, tokenize=False, add_generation_prompt=True
+    )
     assert "<think>\nThe user wants the weather.\n</think>" in text
     assert r.usage.input_tokens == len(tok(text, add_special_tokens=False).input_ids)
     will_write(served, "<think>\nA long thought that never ends")
     cut = client.responses.create(model="tiny", input="Hi", max_output_tokens=4)
-    assert (cut.status, cut.incomplete_details.reason, cut.usage.output_tokens) == ("incomplete", "max_output_tokens", 4)
+    assert (cut.status, cut.incomplete_details.reason, cut.usage.output_tokens) == (
+        "incomplete",
+        "max_output_tokens",
+        4,
+    )
     will_write(served, '{"city": "Paris"}}\n</tool_call>')
-    forced = client.responses.create(model="tiny", input="Weather?", tools=RESPONSE_TOOLS, tool_choice={"type": "function", "name": "get_weather"})
-    assert [(o.type, getattr(o, "name", None)) for o in forced.output] == [("function_call", "get_weather")]
+    forced = client.responses.create(
+        model="tiny",
+        input="Weather?",
+        tools=RESPONSE_TOOLS,
+        tool_choice={"type": "function", "name": "get_weather"},
+    )
+    assert [(o.type, getattr(o, "name", None)) for o in forced.output] == [
+        ("function_call", "get_weather")
+    ]
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
         client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")

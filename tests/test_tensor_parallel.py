@@ -1,11 +1,14 @@
 """Acceptance (issue 3, CPU part): TP over gloo processes equals TP=1 and HF; clean exit; a dead worker is reported."""
+
 import multiprocessing as mp
-import os, signal, time
+import os
+import signal
+import time
 import psutil
 import pytest
 from metainfer import LLM, SamplingParams
 from metainfer.testing import hf_greedy
-from metainfer.workers import WorkerDied
+from metainfer.distributed.workers import WorkerDied
 from test_generate_vs_hf import random_prompts, GREEDY
 
 
@@ -14,7 +17,9 @@ def run(ckpt, prompts, tp, dtype="float32", **kw):
         return [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
 
 
-@pytest.mark.parametrize("preset", ["qwen3-tiny", "qwen3-tiny-mqa"])  # 2 KV heads (split), 1 KV head (replicated)
+@pytest.mark.parametrize(
+    "preset", ["qwen3-tiny", "qwen3-tiny-mqa"]
+)  # 2 KV heads (split), 1 KV head (replicated)
 def test_tp2_equals_tp1_and_hf(preset, checkpoints, hf_models):
     ckpt = checkpoints(preset)
     prompts = random_prompts(8, seed=11)
@@ -37,30 +42,55 @@ def test_tp2_async_scheduling_with_sampling(checkpoints):
     rank 0: seeded sampling gives the same tokens (and logprobs) with async scheduling as without."""
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(4, seed=15)
-    params = SamplingParams(temperature=0.9, top_p=0.95, max_tokens=24, seed=7, ignore_eos=True, logprobs=2,
-                            prompt_logprobs=1)   # every rank computes the prompts' logits, rank 0 scores them
+    params = SamplingParams(
+        temperature=0.9,
+        top_p=0.95,
+        max_tokens=24,
+        seed=7,
+        ignore_eos=True,
+        logprobs=2,
+        prompt_logprobs=1,
+    )  # every rank computes the prompts' logits, rank 0 scores them
     outs = []
     for async_scheduling in (False, True):
-        with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2, async_scheduling=async_scheduling) as llm:
-            outs.append([(o.outputs[0].token_ids, o.outputs[0].logprobs, o.prompt_logprobs)
-                         for o in llm.generate(prompts, params, use_tqdm=False)])
-    assert outs[0] == outs[1] and len(outs[0][0][0]) == len(outs[0][0][1]) == 24   # logprobs too: rank 0 samples
-    with LLM(ckpt, dtype="float32", device="cpu") as llm:  # the prompts' scores: TP=1's, from the same weights
+        with LLM(
+            ckpt,
+            dtype="float32",
+            device="cpu",
+            tensor_parallel_size=2,
+            async_scheduling=async_scheduling,
+        ) as llm:
+            outs.append(
+                [
+                    (o.outputs[0].token_ids, o.outputs[0].logprobs, o.prompt_logprobs)
+                    for o in llm.generate(prompts, params, use_tqdm=False)
+                ]
+            )
+    assert (
+        outs[0] == outs[1] and len(outs[0][0][0]) == len(outs[0][0][1]) == 24
+    )  # logprobs too: rank 0 samples
+    with LLM(
+        ckpt, dtype="float32", device="cpu"
+    ) as llm:  # the prompts' scores: TP=1's, from the same weights
         tp1 = [o.prompt_logprobs for o in llm.generate(prompts, params, use_tqdm=False)]
     for (_, _, scored), ref, p in zip(outs[0], tp1, prompts):
         assert len(scored) == len(p) and scored[0] is None
-        assert [e[t].logprob for t, e in zip(p[1:], scored[1:])] == pytest.approx([e[t].logprob for t, e in zip(p[1:], ref[1:])], abs=1e-5)
+        assert [e[t].logprob for t, e in zip(p[1:], scored[1:])] == pytest.approx(
+            [e[t].logprob for t, e in zip(p[1:], ref[1:])], abs=1e-5
+        )
 
 
 def test_vocab_not_divisible_by_tp(checkpoints, hf_models):
-    ckpt = checkpoints("qwen3-tiny", vocab_size=1001)   # 1001 = 2 * 500 + 1: the last rank holds a padding row
+    ckpt = checkpoints(
+        "qwen3-tiny", vocab_size=1001
+    )  # 1001 = 2 * 500 + 1: the last rank holds a padding row
     prompts = random_prompts(8, seed=12, vocab=1001)
     ref = hf_greedy(hf_models(ckpt), prompts, 64)
     assert run(ckpt, prompts, 2) == ref
 
 
 def test_tp4_kv_head_replication(checkpoints):
-    ckpt = checkpoints("qwen3-tiny")                   # 4 query heads, 2 KV heads: each KV head on 2 of 4 ranks
+    ckpt = checkpoints("qwen3-tiny")  # 4 query heads, 2 KV heads: each KV head on 2 of 4 ranks
     prompts = random_prompts(4, seed=13)
     assert run(ckpt, prompts, 4) == run(ckpt, prompts, 1)
 
@@ -77,9 +107,13 @@ def test_exit_leaves_no_children_and_dead_worker_is_reported(checkpoints):
     assert time.monotonic() - start < 10
     llm.shutdown()
     assert not mp.active_children()
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    assert not any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+    )
 
-    with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2) as llm:   # the next engine starts cleanly
+    with LLM(
+        ckpt, dtype="float32", device="cpu", tensor_parallel_size=2
+    ) as llm:  # the next engine starts cleanly
         pids = [p.pid for p in llm.engine.workers.procs]
         llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
     assert not mp.active_children() and not any(psutil.pid_exists(p) for p in pids)
@@ -87,68 +121,96 @@ def test_exit_leaves_no_children_and_dead_worker_is_reported(checkpoints):
 
 def _channel_rank(rank: int, port: int, messages: list, out) -> None:
     import torch.distributed as dist
-    from metainfer.distributed import ControlChannel
+    from metainfer.distributed.parallel import ControlChannel
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
     ch = ControlChannel(rank, 3, capacity=1 << 16)
     got = [ch.send(m) for m in messages] if rank == 0 else [ch.recv() for _ in messages]
-    ch.close(); dist.destroy_process_group()
+    ch.close()
+    dist.destroy_process_group()
     out.put((rank, got))
 
 
 def test_control_channel_order_and_big_messages():
     "Every reader gets every message in order, small ones through shared memory, one past the slot over gloo."
-    from metainfer.distributed import free_port
-    messages = [{"step": i, "ids": list(range(i))} for i in range(50)] + [list(range(100_000)), None, "after"]
+    from metainfer.distributed.parallel import free_port
+
+    messages = [{"step": i, "ids": list(range(i))} for i in range(50)] + [
+        list(range(100_000)),
+        None,
+        "after",
+    ]
     ctx, port = mp.get_context("spawn"), free_port()
     out = ctx.Queue()
     procs = [ctx.Process(target=_channel_rank, args=(r, port, messages, out)) for r in range(3)]
-    for p in procs: p.start()
+    for p in procs:
+        p.start()
     results = dict(out.get(timeout=60) for _ in procs)
-    for p in procs: p.join(10)
+    for p in procs:
+        p.join(10)
     assert results[1] == results[2] == messages
-    assert not [f for f in os.listdir("/dev/shm") if f.startswith("metainfer-control-")]  # unlinked once mapped
-
+    assert not [
+        f for f in os.listdir("/dev/shm") if f.startswith("metainfer-control-")
+    ]  # unlinked once mapped
 
 
 def _channel_dead_reader(rank: int, port: int, out) -> None:
     import torch.distributed as dist
-    from metainfer.distributed import ControlChannel
+    from metainfer.distributed.parallel import ControlChannel
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     pids = [None, None]
     dist.all_gather_object(pids, os.getpid())
     ch = ControlChannel(rank, 2)
     if rank == 1:
-        ch.recv()                                     # takes "first", then dies without taking "second"
+        ch.recv()  # takes "first", then dies without taking "second"
         os._exit(0)
+
     def check():
-        if not psutil.pid_exists(pids[1]) or psutil.Process(pids[1]).status() == psutil.STATUS_ZOMBIE:
+        if (
+            not psutil.pid_exists(pids[1])
+            or psutil.Process(pids[1]).status() == psutil.STATUS_ZOMBIE
+        ):
             raise RuntimeError("rank 1 is gone")
+
     ch.check_peers = check
-    ch.send("first"); ch.send("second")
+    ch.send("first")
+    ch.send("second")
     start = time.time()
-    try: ch.send("third")                             # waits for rank 1 to take "second": it never will
-    except RuntimeError as e: out.put(("raised", str(e), time.time() - start))
-    else: out.put(("sent",))
-    out.close(); out.join_thread()                   # flushed: the exit below skips the usual teardown
-    os._exit(0)                                       # (the group's other member is gone)
+    try:
+        ch.send("third")  # waits for rank 1 to take "second": it never will
+    except RuntimeError as e:
+        out.put(("raised", str(e), time.time() - start))
+    else:
+        out.put(("sent",))
+    out.close()
+    out.join_thread()  # flushed: the exit below skips the usual teardown
+    os._exit(0)  # (the group's other member is gone)
 
 
 def test_control_channel_sender_notices_a_dead_reader():
     "Rank 0 waiting on a reader that died gets the error its check raises, within about a second, not a hang."
-    from metainfer.distributed import free_port
+    from metainfer.distributed.parallel import free_port
+
     ctx, port = mp.get_context("spawn"), free_port()
     out = ctx.Queue()
     procs = [ctx.Process(target=_channel_dead_reader, args=(r, port, out)) for r in range(2)]
-    for p in procs: p.start()
+    for p in procs:
+        p.start()
     result = out.get(timeout=60)
-    for p in procs: p.join(10)
+    for p in procs:
+        p.join(10)
     assert result[:2] == ("raised", "rank 1 is gone") and result[2] < 5
 
 
 def _same_on_every_rank(rank: int, port: int, values: list[int], out) -> None:
-    import torch, torch.distributed as dist
-    from metainfer.distributed import same_on_every_rank
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(values))
+    import torch
+    import torch.distributed as dist
+    from metainfer.distributed.parallel import same_on_every_rank
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(values)
+    )
     out.put((rank, same_on_every_rank(values[rank], torch.device("cpu"))))
     dist.destroy_process_group()
 
@@ -157,22 +219,37 @@ def _same_on_every_rank(rank: int, port: int, values: list[int], out) -> None:
 def test_same_on_every_rank(values, expected):
     """The guard before symmetric-memory rendezvous (a second TP engine in one process: rank 0 has done some, its fresh
     workers none) answers alike on every rank."""
-    from metainfer.distributed import free_port
+    from metainfer.distributed.parallel import free_port
+
     ctx = mp.get_context("spawn")
     out, port = ctx.Queue(), free_port()
-    procs = [ctx.Process(target=_same_on_every_rank, args=(r, port, values, out)) for r in range(len(values))]
-    for p in procs: p.start()
+    procs = [
+        ctx.Process(target=_same_on_every_rank, args=(r, port, values, out))
+        for r in range(len(values))
+    ]
+    for p in procs:
+        p.start()
     got = dict(out.get(timeout=120) for _ in procs)
-    for p in procs: p.join(30)
+    for p in procs:
+        p.join(30)
     assert got == {r: expected for r in range(len(values))}
 
 
 def _check_all_reduce_rank(rank: int, port: int, out) -> None:
-    import torch, torch.distributed as dist
-    from metainfer.distributed import TorchDistCommunicator, check_all_reduce
+    import torch
+    import torch.distributed as dist
+    from metainfer.distributed.parallel import TorchDistCommunicator, check_all_reduce
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    out.put((rank, [check_all_reduce(TorchDistCommunicator(), rank, 2, torch.device("cpu"), dt)
-                    for dt in (torch.float32, torch.bfloat16)]))
+    out.put(
+        (
+            rank,
+            [
+                check_all_reduce(TorchDistCommunicator(), rank, 2, torch.device("cpu"), dt)
+                for dt in (torch.float32, torch.bfloat16)
+            ],
+        )
+    )
     dist.destroy_process_group()
 
 
@@ -180,11 +257,14 @@ def test_start_up_check_passes_on_gloo():
     """The communicator's start-up check (`check_all_reduce`: plain all-reduces, and the all-reduce + norm with and
     without a residual) holds for the plain collectives, whose all-reduce sums in place: a check that reused a summed
     input would send every GPU run to the NCCL fallback."""
-    from metainfer.distributed import free_port
+    from metainfer.distributed.parallel import free_port
+
     ctx = mp.get_context("spawn")
     out, port = ctx.Queue(), free_port()
     procs = [ctx.Process(target=_check_all_reduce_rank, args=(r, port, out)) for r in range(2)]
-    for p in procs: p.start()
+    for p in procs:
+        p.start()
     got = dict(out.get(timeout=120) for _ in procs)
-    for p in procs: p.join(30)
+    for p in procs:
+        p.join(30)
     assert got == {0: [True, True], 1: [True, True]}

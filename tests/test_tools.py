@@ -1,4 +1,5 @@
 """The scripts in tools/ run only on the device machine or by hand: at least they must compile."""
+
 from pathlib import Path
 import pytest
 

@@ -1,5 +1,7 @@
 """The Triton backends inside the engine: greedy tokens equal the torch backend's (on CPU, through Triton's interpreter)."""
-import os, sys
+
+import os
+import sys
 import pytest
 import torch
 
@@ -7,11 +9,19 @@ if not torch.cuda.is_available():
     # As in the Triton notebooks: triton picks interpreter or compiler when it is imported, so import it afresh with
     # the flag set; the patch makes triton 3.6's interpreter work with numpy >= 2.4 (triton-lang/triton#9171).
     os.environ["TRITON_INTERPRET"] = "1"
-    for m in [m for m in sys.modules if m == "triton" or m.startswith(("triton.", "metainfer.triton"))]:
-        if not m.startswith("triton._C"): del sys.modules[m]
+    for m in [
+        m
+        for m in sys.modules
+        if m == "triton" or m.startswith(("triton.", "metainfer.kernels.triton"))
+    ]:
+        if not m.startswith("triton._C"):
+            del sys.modules[m]
     import triton.runtime.interpreter as ti
+
     def _patch_lang_tensor(tensor, scope, patch=ti._patch_lang_tensor):
-        patch(tensor, scope); scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
     ti._patch_lang_tensor = _patch_lang_tensor
 
 from metainfer import LLM, SamplingParams
@@ -20,13 +30,16 @@ pytest.importorskip("triton")
 
 
 # GQA with q/k norm; one KV head; MLA + MoE with a softmax router; the same with a sigmoid, biased, grouped router
-@pytest.mark.parametrize("preset", ["qwen3-tiny", "qwen3-tiny-mqa", "deepseek-v2-tiny", "deepseek-v3-tiny"])
+@pytest.mark.parametrize(
+    "preset", ["qwen3-tiny", "qwen3-tiny-mqa", "deepseek-v2-tiny", "deepseek-v3-tiny"]
+)
 def test_triton_backend_equals_torch(preset, checkpoints):
     """Three prompts sharing a 20-token prefix (block size 4: the later prefills hit the prefix cache), 6 tokens each.
 
     Weights are drawn 10x wider than HF's default: at std 0.02 attention is nearly uniform, so even a wrong rotary
     layout leaves the tokens unchanged. The logits of every step are compared too."""
-    from metainfer.triton_kernels import relative_error
+    from metainfer.kernels.triton_elementwise import relative_error
+
     g = torch.Generator().manual_seed(0)
     shared = torch.randint(0, 1000, (20,), generator=g).tolist()
     prompts = [shared + torch.randint(0, 1000, (n,), generator=g).tolist() for n in (3, 9, 1)]
@@ -34,14 +47,25 @@ def test_triton_backend_equals_torch(preset, checkpoints):
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokens, logits = {}, {}
     for backend in ("torch", "triton"):
-        llm = LLM(str(checkpoints(preset, initializer_range=0.2)), dtype="float32", device=device,
-                  kernel_backend=backend, block_size=4)
-        assert llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend  # GPU: "triton/varlen+pdl"
+        llm = LLM(
+            str(checkpoints(preset, initializer_range=0.2)),
+            dtype="float32",
+            device=device,
+            kernel_backend=backend,
+            block_size=4,
+        )
+        assert (
+            llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend
+        )  # GPU: "triton/varlen+pdl"
         runner, steps = llm.engine.runner, []
         run_logits = runner.logits
-        runner.logits = lambda step: steps.append(run_logits(step)[0].clone()) or (steps[-1], None)  # (graphs reuse
-                                                                                                    # buffers)
-        outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(prompts[1:], params, use_tqdm=False)
+        runner.logits = lambda step: (
+            steps.append(run_logits(step)[0].clone()) or (steps[-1], None)
+        )  # (graphs reuse
+        # buffers)
+        outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(
+            prompts[1:], params, use_tqdm=False
+        )
         tokens[backend], logits[backend] = [o.outputs[0].token_ids for o in outs], steps
         assert llm.engine.block_manager.num_cache_hit_tokens >= 2 * 20
         llm.shutdown()
@@ -55,19 +79,24 @@ def test_two_engines_two_backends_interleaved(checkpoints):
     before either runs and called in turns: each gives HF's greedy tokens. With process-wide kernel tables the
     second engine used to switch the first one's kernels."""
     from metainfer.testing import hf_model, hf_greedy
+
     ckpt = str(checkpoints("qwen3-tiny", initializer_range=0.2))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     prompts = [[5, 17, 300, 42, 7], [9, 2, 11]]
     params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     want = hf_greedy(hf_model(ckpt), prompts, 5)
-    engines = {b: LLM(ckpt, dtype="float32", device=device, kernel_backend=b, block_size=4)
-               for b in ("torch", "triton")}
+    engines = {
+        b: LLM(ckpt, dtype="float32", device=device, kernel_backend=b, block_size=4)
+        for b in ("torch", "triton")
+    }
     try:
         assert engines["torch"].engine.runner.backend.ops.name == "torch"
         assert engines["triton"].engine.runner.backend.ops.name == "triton"
         for prompt, expected in zip(prompts, want):
             for name in ("torch", "triton", "torch"):
-                out = engines[name].generate([prompt], params, use_tqdm=False)[0].outputs[0].token_ids
+                out = (
+                    engines[name].generate([prompt], params, use_tqdm=False)[0].outputs[0].token_ids
+                )
                 assert out == expected, name
     finally:
         for llm in engines.values():

@@ -20,6 +20,7 @@ Usage:
 Environment: NBS_DIR and DOCS_DIR override the defaults (settings.ini nbs_path, docs/).
 Needs mkdocs, mkdocs-material and mkdocs-jupyter (the dev extras) in the running interpreter.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,13 @@ def stage_notebook(nb: dict, hide_exports: bool) -> dict:
             for o in outputs:
                 if o.get("output_type") == "stream":
                     o["text"] = T.clean_stream(T.text(o.get("text")))
-            cell = dict(cell, source=code or "", outputs=outputs, execution_count=None,
-                        metadata={"tags": tags} if tags else {})
+            cell = dict(
+                cell,
+                source=code or "",
+                outputs=outputs,
+                execution_count=None,
+                metadata={"tags": tags} if tags else {},
+            )
         else:  # raw cells: Quarto front matter etc. have no place in MkDocs
             continue
         cells.append(cell)
@@ -70,7 +76,9 @@ def stage_notebook(nb: dict, hide_exports: bool) -> dict:
     if first_md and re.match(r"\s*#\s", T.src(cells[first_md])):
         cells.insert(0, cells.pop(first_md))
     meta = {k: v for k, v in nb.get("metadata", {}).items() if k in ("kernelspec", "language_info")}
-    meta.setdefault("kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"})
+    meta.setdefault(
+        "kernelspec", {"display_name": "Python 3", "language": "python", "name": "python3"}
+    )
     return dict(nb, cells=cells, metadata=meta)
 
 
@@ -100,15 +108,28 @@ def docs_nav(stage: Path, rel_dir: Path, have_index: bool) -> list:
 def main(argv=None) -> int:
     cfg = T.settings()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nbs", type=Path, default=Path(os.environ.get("NBS_DIR") or T.ROOT / cfg.get("nbs_path", "nbs")))
-    ap.add_argument("--docs", type=Path, default=Path(os.environ.get("DOCS_DIR") or T.ROOT / "docs"))
+    ap.add_argument(
+        "--nbs",
+        type=Path,
+        default=Path(os.environ.get("NBS_DIR") or T.ROOT / cfg.get("nbs_path", "nbs")),
+    )
+    ap.add_argument(
+        "--docs", type=Path, default=Path(os.environ.get("DOCS_DIR") or T.ROOT / "docs")
+    )
     ap.add_argument("--site", type=Path, default=T.ROOT / "docs" / "site")
     ap.add_argument("--stage", type=Path, default=T.ROOT / "build" / "docs_src")
     ap.add_argument("--config", type=Path, default=T.ROOT / "mkdocs.yml")
-    ap.add_argument("--no-strict", action="store_true", help="don't turn mkdocs warnings into errors")
-    ap.add_argument("--hide-exports", action="store_true",
-                    help="also drop `#| export`/`#| exporti` cells, as nbdev_docs does (it shows show_doc instead)")
-    ap.add_argument("--serve", action="store_true", help="stage, then `mkdocs serve` instead of build")
+    ap.add_argument(
+        "--no-strict", action="store_true", help="don't turn mkdocs warnings into errors"
+    )
+    ap.add_argument(
+        "--hide-exports",
+        action="store_true",
+        help="also drop `#| export`/`#| exporti` cells, as nbdev_docs does (it shows show_doc instead)",
+    )
+    ap.add_argument(
+        "--serve", action="store_true", help="stage, then `mkdocs serve` instead of build"
+    )
     args = ap.parse_args(argv)
     nbs, docs, site, stage = (p.resolve() for p in (args.nbs, args.docs, args.site, args.stage))
     t0 = time.perf_counter()
@@ -123,12 +144,20 @@ def main(argv=None) -> int:
         nb = T.read_nb(nbs / rel)
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)
         T.write_nb(stage_notebook(nb, args.hide_exports), stage / rel)
-        default = "Home" if rel.as_posix() == "index.ipynb" else re.sub(r"^\d+[_-]", "", rel.stem).replace("_", " ")
+        default = (
+            "Home"
+            if rel.as_posix() == "index.ipynb"
+            else re.sub(r"^\d+[_-]", "", rel.stem).replace("_", " ")
+        )
         nav.append({T.nb_title(nb, default): rel.as_posix()})
     if nbs.is_dir():  # images and small data files the notebooks refer to
         for p in nbs.rglob("*"):
             rel = p.relative_to(nbs)
-            if p.is_file() and p.suffix.lower() in ASSET_EXTS and not any(s.startswith(("_", ".")) for s in rel.parts):
+            if (
+                p.is_file()
+                and p.suffix.lower() in ASSET_EXTS
+                and not any(s.startswith(("_", ".")) for s in rel.parts)
+            ):
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(p, stage / rel)
     have_index = (stage / "index.ipynb").exists()
@@ -142,33 +171,54 @@ def main(argv=None) -> int:
             if p.resolve().is_relative_to(site) or p.suffix in (".ipynb", ".py"):
                 continue
             if rel.as_posix() == "index.md" and have_index:
-                print("build_docs: docs/index.md ignored: nbs/index.ipynb is the home page", file=sys.stderr)
+                print(
+                    "build_docs: docs/index.md ignored: nbs/index.ipynb is the home page",
+                    file=sys.stderr,
+                )
                 continue
             if (stage / rel).exists():
-                print(f"build_docs: docs/{rel} ignored: a notebook file has the same path", file=sys.stderr)
+                print(
+                    f"build_docs: docs/{rel} ignored: a notebook file has the same path",
+                    file=sys.stderr,
+                )
                 continue
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, stage / rel)
         nav += docs_nav(stage, Path("."), have_index)
     if not nav:
-        print(f"build_docs: no notebooks in {nbs} and no pages in {docs}; nothing to build", file=sys.stderr)
+        print(
+            f"build_docs: no notebooks in {nbs} and no pages in {docs}; nothing to build",
+            file=sys.stderr,
+        )
         return 1
     if not have_index and not (stage / "index.md").exists():
-        print("build_docs: no nbs/index.ipynb or docs/index.md; the site has no home page", file=sys.stderr)
+        print(
+            "build_docs: no nbs/index.ipynb or docs/index.md; the site has no home page",
+            file=sys.stderr,
+        )
 
     # 3. config + mkdocs  (JSON is valid YAML, so no YAML library is needed to write it)
     gen = stage.parent / "mkdocs.gen.yml"
-    gen.write_text(json.dumps({
-        "INHERIT": str(args.config.resolve()),
-        "docs_dir": str(stage),
-        "site_dir": str(site),
-        "use_directory_urls": False,   # pages are x.html, so the site also works opened from disk
-        "nav": nav,
-    }, indent=2) + "\n", encoding="utf-8")
+    gen.write_text(
+        json.dumps(
+            {
+                "INHERIT": str(args.config.resolve()),
+                "docs_dir": str(stage),
+                "site_dir": str(site),
+                "use_directory_urls": False,  # pages are x.html, so the site also works opened from disk
+                "nav": nav,
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     cmd = [sys.executable, "-m", "mkdocs", "serve" if args.serve else "build", "-f", str(gen)]
     if not args.serve:
         cmd += ["--clean"] + ([] if args.no_strict else ["--strict"])
-    print(f"build_docs: staged {len(notebooks)} notebook(s) + docs pages in {stage}; running: {' '.join(cmd[2:])}")
+    print(
+        f"build_docs: staged {len(notebooks)} notebook(s) + docs pages in {stage}; running: {' '.join(cmd[2:])}"
+    )
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # silence Material's end-of-life banner
     r = subprocess.run(cmd, cwd=T.ROOT, env=env)
     if r.returncode:

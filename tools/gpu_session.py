@@ -20,18 +20,34 @@ and start the device command with
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=$PWD:/tmp/site Each stage's JSON/PNG files land under
 $OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
 """
-import json, os, shutil, signal, subprocess, sys, tarfile, time
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
 from pathlib import Path
 
-OUT = Path(os.environ.get("OUT", "/tmp/out")); RES = OUT / "results"; RES.mkdir(parents=True, exist_ok=True)
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+RES = OUT / "results"
+RES.mkdir(parents=True, exist_ok=True)
 CKPT = Path("/tmp/ckpt")
-KEEP = Path("/tmp/keep"); KEEP.mkdir(exist_ok=True)  # results kept on a warm machine for the next call
+KEEP = Path("/tmp/keep")
+KEEP.mkdir(exist_ok=True)  # results kept on a warm machine for the next call
 PY = sys.executable
 summary = []
-BENCH_FLAGS = ""  # extra flags for every bench (stage smoke turns async scheduling off if it misbehaves)
+BENCH_FLAGS = (
+    ""  # extra flags for every bench (stage smoke turns async scheduling off if it misbehaves)
+)
 
 
-T0, DEADLINE = time.time(), float(os.environ.get("DEADLINE", 570))  # seconds this call may take in all
+T0, DEADLINE = (
+    time.time(),
+    float(os.environ.get("DEADLINE", 570)),
+)  # seconds this call may take in all
 
 
 def sh(cmd: str, timeout: float = 580) -> int:
@@ -40,27 +56,38 @@ def sh(cmd: str, timeout: float = 580) -> int:
     t = time.time()
     timeout = min(timeout, DEADLINE - (t - T0))
     if timeout < 20:
-        summary.append(f"SKIP (no time left)  {cmd[:150]}"); return "SKIPPED"
+        summary.append(f"SKIP (no time left)  {cmd[:150]}")
+        return "SKIPPED"
     p = subprocess.Popen(cmd, shell=True, start_new_session=True)
-    try: rc = p.wait(timeout)
+    try:
+        rc = p.wait(timeout)
     except subprocess.TimeoutExpired:
         print(f"\n!!! timeout after {timeout:.0f}s: stacks of every process follow", flush=True)
-        os.killpg(p.pid, signal.SIGUSR1); time.sleep(5)
-        os.killpg(p.pid, signal.SIGKILL); rc = p.wait()
+        os.killpg(p.pid, signal.SIGUSR1)
+        time.sleep(5)
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
         rc = "TIMEOUT"
-    summary.append(f"{'ok ' if rc == 0 else 'FAIL' if rc != 'TIMEOUT' else 'HUNG'} {time.time() - t:6.1f}s  {cmd[:150]}")
+    summary.append(
+        f"{'ok ' if rc == 0 else 'FAIL' if rc != 'TIMEOUT' else 'HUNG'} {time.time() - t:6.1f}s  {cmd[:150]}"
+    )
     return rc
 
 
 def keep() -> None:
     "Results so far into $OUT/results.tar.gz (so they survive a kill) and /tmp/keep (for a later call on this machine)."
-    for f in RES.glob("*"): shutil.copy(f, KEEP / f.name)
-    with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")
+    for f in RES.glob("*"):
+        shutil.copy(f, KEEP / f.name)
+    with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar:
+        tar.add(KEEP, arcname="results")
 
 
 def bench(args: str, timeout: float = 300, at: Path | None = None) -> int:
     "`metainfer bench ARGS`; `at`: a folder holding another `metainfer/`, run from there (`-m` puts the cwd first)."
-    rc = sh(f"{f'cd {at} && ' if at else ''}{PY} -m metainfer bench {args}{BENCH_FLAGS} --out {RES.resolve()}", timeout)
+    rc = sh(
+        f"{f'cd {at} && ' if at else ''}{PY} -m metainfer bench {args}{BENCH_FLAGS} --out {RES.resolve()}",
+        timeout,
+    )
     keep()
     return rc
 
@@ -73,13 +100,17 @@ def older_packages() -> list[Path]:
 def checkpoint(name: str) -> Path:
     path = CKPT / name
     if not (path / "config.json").exists():
-        sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{name}', dtype=torch.bfloat16, device='cuda', max_shard_size='5GB')" """)
+        sh(
+            f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{name}', dtype=torch.bfloat16, device='cuda', max_shard_size='5GB')" """
+        )
     return path
 
 
 def stage_env():
     sh("nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv")
-    sh(f"{PY} -c \"import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.device_count())\"")
+    sh(
+        f'{PY} -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.device_count())"'
+    )
 
 
 def stage_smoke():
@@ -88,11 +119,18 @@ def stage_smoke():
     for preset in ("qwen3-tiny", "deepseek-v2-tiny"):
         path, out = CKPT / preset, RES / f"smoke-{preset}.json"
         if not (path / "config.json").exists():
-            sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """)
-        rc = sh(f"{PY} tools/graphs_identity.py {path} --tokens 64 --modes graphs,graphs-sync,eager,eager-sync --out {out}", 150)
+            sh(
+                f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """
+            )
+        rc = sh(
+            f"{PY} tools/graphs_identity.py {path} --tokens 64 --modes graphs,graphs-sync,eager,eager-sync --out {out}",
+            150,
+        )
         if rc != 0 or not json.loads(out.read_text())["identical"]:
             BENCH_FLAGS = " --no-async-scheduling"
-            summary.append(f"!!! {preset}: async scheduling smoke test failed: benches run with{BENCH_FLAGS}")
+            summary.append(
+                f"!!! {preset}: async scheduling smoke test failed: benches run with{BENCH_FLAGS}"
+            )
     keep()
 
 
@@ -101,9 +139,14 @@ def stage_smoke_tp2():
     for preset in os.environ.get("SMOKE_PRESETS", "qwen3-tiny deepseek-v2-tiny").split():
         path = CKPT / preset
         if not (path / "config.json").exists():
-            sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """)
-        sh(f"{PY} tools/graphs_identity.py {path} -tp 2 --tokens 64 --modes graphs,graphs-nccl,eager "
-           f"--out {RES}/smoke-tp2-{preset}.json", 240)
+            sh(
+                f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """
+            )
+        sh(
+            f"{PY} tools/graphs_identity.py {path} -tp 2 --tokens 64 --modes graphs,graphs-nccl,eager "
+            f"--out {RES}/smoke-tp2-{preset}.json",
+            240,
+        )
     keep()
 
 
@@ -111,8 +154,12 @@ def stage_tp2_twice():
     "Two TP=2 engines one after the other in one process: the second must start (NCCL all-reduces, a warning), not hang."
     path = CKPT / "qwen3-tiny"
     if not (path / "config.json").exists():
-        sh(f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', 'qwen3-tiny', dtype=torch.bfloat16)" """)
-    script = KEEP.parent / "tp2_twice.py"  # a file: spawned workers re-import the main module (no `python -`)
+        sh(
+            f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', 'qwen3-tiny', dtype=torch.bfloat16)" """
+        )
+    script = (
+        KEEP.parent / "tp2_twice.py"
+    )  # a file: spawned workers re-import the main module (no `python -`)
     script.write_text(f"""from metainfer import LLM, SamplingParams
 if __name__ == "__main__":
     outs = []
@@ -128,19 +175,29 @@ if __name__ == "__main__":
 
 def stage_nbtest():
     "The notebooks' tests with their `#| cuda` cells, compiled on the GPU (not the interpreter)."
-    nbs = os.environ.get("NBS", "03a_triton_kernels 07a_triton_attention 09d_triton_moe 09e_triton_mla 13_runner")
-    for nb in nbs.split():  # as `nbdev_test --flags cuda`, printing what the cells print (errors, timings)
+    nbs = os.environ.get(
+        "NBS", "03a_triton_kernels 07a_triton_attention 09d_triton_moe 09e_triton_mla 13_runner"
+    )
+    for nb in (
+        nbs.split()
+    ):  # as `nbdev_test --flags cuda`, printing what the cells print (errors, timings)
         sh(f"{PY} tools/nb_outputs.py nbs/{nb}.ipynb")
 
 
 def stage_tiny():
-    sh(f"{PY} -m pytest -q -x tests/gpu -p no:cacheprovider" if Path("tests/gpu").exists() else "true")
+    sh(
+        f"{PY} -m pytest -q -x tests/gpu -p no:cacheprovider"
+        if Path("tests/gpu").exists()
+        else "true"
+    )
 
 
 def stage_qwen8b():
     m = checkpoint("Qwen3-8B")
     bench(f"agreement {m} {AGREE_B1} --control --name agreement-qwen3-8b-b1")
-    bench(f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b16")
+    bench(
+        f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b16"
+    )
     bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf")
     bench(f"latency {m} --batch-size 1 --enforce-eager --name latency-qwen3-8b-b1-eager --profile")
     bench(f"throughput {m} --name throughput-qwen3-8b")
@@ -148,7 +205,10 @@ def stage_qwen8b():
 
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
-    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}", 300)
+    bench(
+        f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}",
+        300,
+    )
 
 
 def stage_pdl_modes():
@@ -162,7 +222,10 @@ def stage_pdl_modes():
 def stage_hf_compile_peer():
     """HF transformers with a static cache + torch.compile in the same run as ours (one compiled one-token step; the
     `generate`-based version compiled two graphs and took > 160 s in run3)."""
-    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile", 540)
+    bench(
+        f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile",
+        540,
+    )
 
 
 AGREE_B1 = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"  # every B=1 agreement run
@@ -171,7 +234,8 @@ AGREE_B1 = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilizat
 def tp1_reference(stem: str, make) -> Path:
     "The TP=1 agreement run that TP=N runs compare with: kept on this machine (same code, same weights), else made now."
     ref = KEEP / f"{stem}.json"
-    if not ref.exists(): make()
+    if not ref.exists():
+        make()
     return ref
 
 
@@ -181,7 +245,10 @@ def stage_qwen_agreement():
 
 
 def stage_latency_eager():
-    bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --repeat 3 --name latency-qwen3-8b-b1-eager --profile --host-profile", 90)
+    bench(
+        f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --repeat 3 --name latency-qwen3-8b-b1-eager --profile --host-profile",
+        90,
+    )
 
 
 def stage_throughput():
@@ -191,14 +258,21 @@ def stage_throughput():
 def stage_throughput_ab():
     "Stage throughput with each `older_packages()`, in the same call as the current one, so both see the same GPU."
     for at in older_packages():
-        bench(f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-at-{at.name} --profile", 120, at)
+        bench(
+            f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-at-{at.name} --profile",
+            120,
+            at,
+        )
 
 
 def stage_latency_ab():
     "Stage latency-peers' B=1 run (no peer) with each `older_packages()`, as stage throughput-ab."
     for at in older_packages():
-        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-graphs-at-{at.name} --profile",
-              120, at)
+        bench(
+            f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-graphs-at-{at.name} --profile",
+            120,
+            at,
+        )
 
 
 def stage_eager_ab():
@@ -208,33 +282,52 @@ def stage_eager_ab():
     for at in [*older_packages(), None]:
         name = f"latency-qwen3-8b-b1-eager{f'-at-{at.name}' if at else ''}"
         src = at / "metainfer" / "bench.py" if at else None  # older packages: one bench module
-        repeat = " --repeat 3" if src is None or not src.exists() or "--repeat" in src.read_text() else ""
-        bench(f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128{repeat} --name {name}", 90, at)
+        repeat = (
+            " --repeat 3"
+            if src is None or not src.exists() or "--repeat" in src.read_text()
+            else ""
+        )
+        bench(
+            f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128{repeat} --name {name}",
+            90,
+            at,
+        )
 
 
 def stage_tp2():
     "TP=2 with CUDA graphs: agreement with TP=1 (`tp1_reference`), then B=1 speed."
     m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
-    os.environ["METAINFER_STACKS_AFTER"] = "110"  # every rank prints its stacks if a TP run takes this long
+    os.environ["METAINFER_STACKS_AFTER"] = (
+        "110"  # every rank prints its stacks if a TP run takes this long
+    )
     agree = f"agreement {m} -tp 2 {AGREE_B1} --against {ref}"
     rc = bench(f"{agree} --name agreement-qwen3-8b-tp2-vs-tp1", 150)
     if rc == "TIMEOUT":  # bisect: the same with NCCL for every all-reduce
-        rc = bench(f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120)
+        rc = bench(
+            f"{agree} --disable-custom-all-reduce --name agreement-qwen3-8b-tp2-vs-tp1-nccl", 120
+        )
     os.environ.pop("METAINFER_STACKS_AFTER")
-    if rc == 0: stage_tp2_latency()
+    if rc == 0:
+        stage_tp2_latency()
 
 
 def stage_agreement_b16():
     "B=16 (4,096 positions): TP=1 against HF bf16 (keeping our gaps), then TP=2 against that TP=1 run."
     m, ref = checkpoint("Qwen3-8B"), KEEP / "agreement-qwen3-8b-b16.json"
-    common = f"--batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
+    common = "--batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
     if bench(f"agreement {m} {common} --name {ref.stem}", 180) == 0:
-        bench(f"agreement {m} -tp 2 {common} --against {ref} --name agreement-qwen3-8b-b16-tp2-vs-tp1", 150)
+        bench(
+            f"agreement {m} -tp 2 {common} --against {ref} --name agreement-qwen3-8b-b16-tp2-vs-tp1",
+            150,
+        )
 
 
 def stage_tp2_latency():
     "TP=2 B=1 decode with CUDA graphs (the speed half of stage tp2)."
-    bench(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile", 150)
+    bench(
+        f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile",
+        150,
+    )
 
 
 def bench_ab(args: str, name: str, timeout: float) -> None:
@@ -245,45 +338,72 @@ def bench_ab(args: str, name: str, timeout: float) -> None:
 
 def stage_tp2_latency_ab():
     "Stage tp2-latency's run (no profiles) with each `older_packages()`, then the current one, in the same call."
-    bench_ab(f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1", "latency-qwen3-8b-b1-tp2", 150)
+    bench_ab(
+        f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1", "latency-qwen3-8b-b1-tp2", 150
+    )
 
 
 def stage_tp4():
     "Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1, then B=1 decode with graphs (profile: the all-reduce share)."
     m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
-    bench(f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180)
-    bench(f"latency {m} -tp 4 --batch-size 1 --name latency-qwen3-8b-b1-tp4 --profile --host-profile", 150)
+    bench(
+        f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180
+    )
+    bench(
+        f"latency {m} -tp 4 --batch-size 1 --name latency-qwen3-8b-b1-tp4 --profile --host-profile",
+        150,
+    )
 
 
 def stage_tp4_eager():
     "Issue 7: Qwen3-8B TP=4 B=1 eager (the seed's bottom line: >= 54 tok/s), and the 4-GPU all-reduce table."
-    bench(f"latency {checkpoint('Qwen3-8B')} -tp 4 --enforce-eager --batch-size 1 --output-len 64 "
-          f"--name latency-qwen3-8b-b1-tp4-eager --profile", 150)
+    bench(
+        f"latency {checkpoint('Qwen3-8B')} -tp 4 --enforce-eager --batch-size 1 --output-len 64 "
+        f"--name latency-qwen3-8b-b1-tp4-eager --profile",
+        150,
+    )
     bench("allreduce -tp 4 --name allreduce-4xh200", 90)
 
 
 def stage_deepseek_tp4():
     "Issue 7's extension: DeepSeek-V2-Lite TP=4 / EP=4 against TP=1, then B=1 decode."
-    m, ref = checkpoint("DeepSeek-V2-Lite"), tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement)
-    bench(f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180)
-    bench(f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 --profile", 150)
+    m, ref = (
+        checkpoint("DeepSeek-V2-Lite"),
+        tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement),
+    )
+    bench(
+        f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180
+    )
+    bench(
+        f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 --profile",
+        150,
+    )
 
 
 def stage_deepseek_tp4_throughput():
-    bench(f"throughput {checkpoint('DeepSeek-V2-Lite')} -tp 4 --name throughput-dsv2lite-tp4 --profile", 200)
+    bench(
+        f"throughput {checkpoint('DeepSeek-V2-Lite')} -tp 4 --name throughput-dsv2lite-tp4 --profile",
+        200,
+    )
 
 
 def stage_graphs_identity():
     "Greedy tokens with and without CUDA graphs, B=1 and B=16 (issue 4's first acceptance check)."
-    sh(f"{PY} tools/graphs_identity.py {checkpoint('Qwen3-8B')} --modes graphs,eager,graphs-sync "
-       f"--out {RES}/graphs-identity-qwen3-8b.json", 240)
+    sh(
+        f"{PY} tools/graphs_identity.py {checkpoint('Qwen3-8B')} --modes graphs,eager,graphs-sync "
+        f"--out {RES}/graphs-identity-qwen3-8b.json",
+        240,
+    )
     keep()
 
 
 def stage_tp2_eager():
     "TP=2 without CUDA graphs: separates graph capture from communication (the graphs run hung on 2026-11-29)."
     m = checkpoint("Qwen3-8B")
-    bench(f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp2-eager", 120)
+    bench(
+        f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp2-eager",
+        120,
+    )
 
 
 def stage_allreduce():
@@ -291,21 +411,44 @@ def stage_allreduce():
 
 
 def stage_serve():
-    import socket, urllib.request
+    import socket
+    import urllib.request
+
     m = checkpoint("Qwen3-8B")
-    with socket.socket() as sock: sock.bind(("127.0.0.1", 0)); port = sock.getsockname()[1]
-    server = subprocess.Popen([PY, "-m", "metainfer", "serve", str(m), "--port", str(port), "--max-model-len", "4096",
-                               "--served-model-name", "qwen3-8b"])
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "metainfer",
+            "serve",
+            str(m),
+            "--port",
+            str(port),
+            "--max-model-len",
+            "4096",
+            "--served-model-name",
+            "qwen3-8b",
+        ]
+    )
     try:
         while time.time() - T0 < DEADLINE - 60 and server.poll() is None:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1); break
-            except Exception: time.sleep(0.5)
-        sh(f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency 1,16,64 --input-len 256 "
-           f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200", 150)
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except Exception:
+                time.sleep(0.5)
+        sh(
+            f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency 1,16,64 --input-len 256 "
+            f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200",
+            150,
+        )
         keep()
     finally:
-        server.terminate(); server.wait(60)
+        server.terminate()
+        server.wait(60)
 
 
 def stage_deepseek():
@@ -316,12 +459,17 @@ def stage_deepseek():
 
 def stage_deepseek_agreement():
     "DeepSeek-V2-Lite teacher-forced top-1 agreement with HF bf16 on the same weights, B=1, 256 positions."
-    bench(f"agreement {checkpoint('DeepSeek-V2-Lite')} {AGREE_B1} --name agreement-dsv2lite-b1", 180)
+    bench(
+        f"agreement {checkpoint('DeepSeek-V2-Lite')} {AGREE_B1} --name agreement-dsv2lite-b1", 180
+    )
 
 
 def stage_deepseek_latency():
-    bench(f"latency {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --output-len 128 --name latency-dsv2lite-b1 --profile "
-          f"--peer hf --peer-modes eager", 180)
+    bench(
+        f"latency {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --output-len 128 --name latency-dsv2lite-b1 --profile "
+        f"--peer hf --peer-modes eager",
+        180,
+    )
 
 
 def stage_deepseek_throughput():
@@ -330,26 +478,41 @@ def stage_deepseek_throughput():
 
 def stage_deepseek_tp2_latency():
     "DeepSeek-V2-Lite TP=2 / EP=2 B=1 decode (the speed half of stage deepseek-tp2)."
-    bench(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile", 150)
+    bench(
+        f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile",
+        150,
+    )
 
 
 def stage_deepseek_tp2_latency_ab():
     "Stage deepseek-tp2-latency's run (no profile) with each `older_packages()`, then the current one, in the same call."
-    bench_ab(f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128", "latency-dsv2lite-b1-tp2", 150)
+    bench_ab(
+        f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128",
+        "latency-dsv2lite-b1-tp2",
+        150,
+    )
 
 
 def stage_deepseek_tp2():
     "DeepSeek-V2-Lite with TP=2 and EP=2 against TP=1 (`tp1_reference`), then B=1 speed."
-    m, ref = checkpoint("DeepSeek-V2-Lite"), tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement)
-    rc = bench(f"agreement {m} -tp 2 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150)
-    if rc == 0: stage_deepseek_tp2_latency()
+    m, ref = (
+        checkpoint("DeepSeek-V2-Lite"),
+        tp1_reference("agreement-dsv2lite-b1", stage_deepseek_agreement),
+    )
+    rc = bench(
+        f"agreement {m} -tp 2 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp2-vs-tp1", 150
+    )
+    if rc == 0:
+        stage_deepseek_tp2_latency()
 
 
 if __name__ == "__main__":
     t0 = time.time()
     try:
-        for stage in sys.argv[1:]: globals()[f"stage_{stage.replace('-', '_')}"]()
+        for stage in sys.argv[1:]:
+            globals()[f"stage_{stage.replace('-', '_')}"]()
     finally:
-        with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar: tar.add(KEEP, arcname="results")
+        with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar:
+            tar.add(KEEP, arcname="results")
         shutil.rmtree(RES)
         print("\n==== summary ====", *summary, f"total {time.time() - t0:.0f}s", sep="\n")

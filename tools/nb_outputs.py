@@ -5,6 +5,7 @@ Usage (GPU):  python tools/nb_outputs.py nbs/03a_triton_kernels.ipynb
 would never reach a GPU run's log. This runs the same cells (all but `#| slow` ones and `#| eval: false`), prints
 their stream output in order, and exits non-zero with the traceback if a cell fails.
 """
+
 import sys
 from pathlib import Path
 from execnb.shell import CaptureShell
@@ -14,7 +15,8 @@ from nbdev.process import NBProcessor
 
 
 def skipped(cell) -> bool:
-    if cell.cell_type != "code": return True
+    if cell.cell_type != "code":
+        return True
     directives = getattr(cell, "directives_", {}) or {}
     return directives.get("eval:", [""])[0].lower() == "false" or "slow" in directives
 
@@ -24,12 +26,15 @@ def main(path: str) -> int:
     nb = NBProcessor(fn, procs=FrontmatterProc, process=True).nb
     shell, ok = CaptureShell(fn), True
     try:
-        with working_directory(fn.parent): shell.run_all(nb, exc_stop=True, preproc=skipped)
+        with working_directory(fn.parent):
+            shell.run_all(nb, exc_stop=True, preproc=skipped)
     except Exception:
-        sys.stderr.write(shell.prettytb(fname=fn) + "\n"); ok = False
+        sys.stderr.write(shell.prettytb(fname=fn) + "\n")
+        ok = False
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream": print("".join(out["text"]), end="")
+            if out.get("output_type") == "stream":
+                print("".join(out["text"]), end="")
     print(f"{fn.name}: {'passed' if ok else 'FAILED'}")
     return 0 if ok else 1
 

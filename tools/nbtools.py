@@ -4,6 +4,7 @@ Only the standard library is used, so these scripts run before (or without) the 
 The directive handling mirrors nbdev 2 (`nbdev.process.extract_directives`):
 directives are the leading `#| ...` comment lines of a code cell (blank lines may be mixed in).
 """
+
 from __future__ import annotations
 
 import configparser
@@ -13,8 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_dir_re = re.compile(r"^\s*#\s*\|")           # a `#| ...` directive line
-_magic_re = re.compile(r"^\s*%%\w+")          # a cell magic line (kept by nbdev, dropped here for display)
+_dir_re = re.compile(r"^\s*#\s*\|")  # a `#| ...` directive line
+_magic_re = re.compile(r"^\s*%%\w+")  # a cell magic line (kept by nbdev, dropped here for display)
 _ansi_re = re.compile(r"\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])")
 _hideline_re = re.compile(r"#\|\s*hide_line\s*$")
 
@@ -27,7 +28,9 @@ EXPORT_DIRS = {"export", "exporti"}
 # `](target` of a relative markdown link or image (no scheme, not absolute, not a bare #anchor)
 REL_LINK_RE = re.compile(r"(\]\(\s*<?)(?![a-zA-Z][a-zA-Z0-9+.-]*:|/|#)([^)\s>]+)")
 # the same, for targets ending in .ipynb (optionally followed by an #anchor)
-NB_LINK_RE = re.compile(r"(\]\(\s*<?)(?![a-zA-Z][a-zA-Z0-9+.-]*:|/|#)([^)\s>#]+?)\.ipynb(?=[)\s>#])")
+NB_LINK_RE = re.compile(
+    r"(\]\(\s*<?)(?![a-zA-Z][a-zA-Z0-9+.-]*:|/|#)([^)\s>#]+?)\.ipynb(?=[)\s>#])"
+)
 
 
 def settings() -> configparser.SectionProxy:
@@ -71,7 +74,9 @@ def split_directives(source: str):
     "Split a code cell's source into ({directive: args}, code-without-directives)."
     lines = source.splitlines(True)
     dirs, i = {}, 0
-    while i < len(lines) and (not lines[i].strip() or _dir_re.match(lines[i]) or _magic_re.match(lines[i])):
+    while i < len(lines) and (
+        not lines[i].strip() or _dir_re.match(lines[i]) or _magic_re.match(lines[i])
+    ):
         if _dir_re.match(lines[i]):
             d = _parse_directive(lines[i])
             if d:
@@ -98,7 +103,7 @@ def display_plan(cell, hide_exports: bool = False):
         return None
     show_code = not (is_false(dirs, "echo") or "hide_input" in dirs)
     if re.search(r"^show_doc\b", code, re.MULTILINE):
-        show_code = False            # nbdev_docs hides show_doc(...) inputs; the markdown output is the doc
+        show_code = False  # nbdev_docs hides show_doc(...) inputs; the markdown output is the doc
     keep_out = not (is_false(dirs, "output") or "hide_output" in dirs)
     filt = dirs.get("filter_stream")
     if filt and keep_out:

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/bench/18_bench.ipynb #c001
 from __future__ import annotations
-import argparse, importlib
+import argparse
+import importlib
 
 # %% auto #0
 __all__ = ['MODES', 'add_bench_parsers']
@@ -17,6 +18,7 @@ MODES = {  # mode: (module of metainfer.bench, what it measures)
     "agreement": ("agreement", "teacher-forced top-1 agreement with HF or an earlier run"),
     "allreduce": ("allreduce", "all-reduce latency, NCCL vs symmetric memory"),
 }
+
 
 def add_bench_parsers(bench_subparsers) -> None:
     "Add every mode of `metainfer bench` to `bench_subparsers`: its flags, and `func` = its `main`."

@@ -4,11 +4,21 @@
 
 # %% ../../nbs/bench/18f_agreement.ipynb #c001
 from __future__ import annotations
-import argparse, json
+import argparse
+import json
 from pathlib import Path
-from .common import (add_offline_arguments, free_memory, host_probe, measure_card,
-                                    print_summary, random_prompts, result_name, run_record,
-                                    start_engine, write_json)
+from metainfer.bench.common import (
+    add_offline_arguments,
+    free_memory,
+    host_probe,
+    measure_card,
+    print_summary,
+    random_prompts,
+    result_name,
+    run_record,
+    start_engine,
+    write_json,
+)
 
 Top1 = tuple[list[list[int]], list[list[float]]]  # per sequence: top-1 tokens, top-2 gaps
 
@@ -20,14 +30,17 @@ __all__ = ['Top1', 'MARGINS', 'top1_and_gap', 'engine_top1', 'hf_top1', 'decisiv
 def top1_and_gap(logits) -> tuple[list[int], list[float]]:
     "Each row's top-1 token and its top-2 gap relative to the top logit."
     import torch
+
     with torch.no_grad():
         top = logits.float().topk(2, dim=-1).values
         return logits.argmax(-1).tolist(), ((top[:, 0] - top[:, 1]) / top[:, 0].abs()).tolist()
 
+
 def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> Top1:
     "Our top-1 (and top-2 gap) after each prompt and each forced token: prefill, then decode steps."
-    from metainfer.scheduler import ScheduledBatch
-    from metainfer.sequence import SamplingParams, Sequence
+    from metainfer.engine.scheduler import ScheduledBatch
+    from metainfer.engine.sequence import SamplingParams, Sequence
+
     engine = llm.engine
     runner, bm = engine.runner, engine.block_manager
     seqs = [Sequence(p, SamplingParams(temperature=0), engine.config.block_size) for p in prompts]
@@ -47,14 +60,16 @@ def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> Top1:
         bm.deallocate(s)
     return preds, gaps
 
+
 def hf_top1(model, prompts: list[list[int]], forced: list[list[int]]) -> Top1:
     "HF's top-1 at the same positions, and each position's top-2 gap relative to the top logit."
     import torch
+
     preds, gaps = [], []
     for p, f in zip(prompts, forced):
         ids = torch.tensor([p + f[:-1]], device=model.device)
         with torch.no_grad():
-            logits = model(ids).logits[0, len(p) - 1:]
+            logits = model(ids).logits[0, len(p) - 1 :]
         top1, gap = top1_and_gap(logits)
         preds.append(top1)
         gaps.append(gap)
@@ -63,18 +78,27 @@ def hf_top1(model, prompts: list[list[int]], forced: list[list[int]]) -> Top1:
 # %% ../../nbs/bench/18f_agreement.ipynb #c007
 MARGINS = (0, 2**-7, 2**-5, 2**-3)
 
+
 def decisive(gaps: list[list[float]], rel: float = 2**-7) -> list[list[bool]]:
     "Positions whose top-2 gap exceeds `rel` of the top logit (2 bf16 ulps by default)."
     return [[g > rel for g in row] for row in gaps]
 
-def agreement(ours: list[list[int]], ref: list[list[int]],
-              mask: list[list[bool]] | None = None) -> dict:
+
+def agreement(
+    ours: list[list[int]], ref: list[list[int]], mask: list[list[bool]] | None = None
+) -> dict:
     "Fraction of (unmasked) positions where the two top-1 predictions agree."
     mask = mask or [[True] * len(r) for r in ref]
     pairs = [(a, b) for o, r, m in zip(ours, ref, mask) for a, b, k in zip(o, r, m) if k]
     total, agree = sum(map(len, ref)), sum(a == b for a, b in pairs)
-    return {"positions": total, "compared": len(pairs), "skipped_near_ties": total - len(pairs),
-            "agree": agree, "agreement": agree / max(1, len(pairs))}
+    return {
+        "positions": total,
+        "compared": len(pairs),
+        "skipped_near_ties": total - len(pairs),
+        "agree": agree,
+        "agreement": agree / max(1, len(pairs)),
+    }
+
 
 def by_margin(ours: list[list[int]], ref: list[list[int]], gaps: list[list[float]]) -> dict:
     "`agreement` at each of `MARGINS`."
@@ -85,20 +109,26 @@ def compare_with_hf(res: dict, model_dir: str, device, dtype, control: bool) -> 
     "Our top-1 against HF's on the same weights; `control`: HF's bf16 and ours against HF in fp32."
     import torch
     from metainfer.testing import hf_model
+
     model = hf_model(model_dir, dtype=dtype, device=str(device))
     ref, gaps = hf_top1(model, res["prompts"], res["forced"])
     del model
     ours = res["metainfer"]["top1"]
-    got = {"agreement": agreement(ours, ref, decisive(gaps)),
-           "agreement_by_margin": by_margin(ours, ref, gaps)}
+    got = {
+        "agreement": agreement(ours, ref, decisive(gaps)),
+        "agreement_by_margin": by_margin(ours, ref, gaps),
+    }
     if control and dtype != torch.float32:  # the noise floor: HF's own bf16 against HF in fp32
         free_memory()
         model = hf_model(model_dir, dtype=torch.float32, device=str(device))
         ref32, gaps32 = hf_top1(model, res["prompts"], res["forced"])
         del model
-        got["control_fp32"] = {"metainfer_vs_hf_fp32": agreement(ours, ref32, decisive(gaps32)),
-                               "hf_bf16_vs_hf_fp32": agreement(ref, ref32, decisive(gaps32))}
+        got["control_fp32"] = {
+            "metainfer_vs_hf_fp32": agreement(ours, ref32, decisive(gaps32)),
+            "hf_bf16_vs_hf_fp32": agreement(ref, ref32, decisive(gaps32)),
+        }
     return got
+
 
 def compare_with_run(res: dict, path: str | Path) -> dict:
     "Our top-1 against an earlier agreement run's, at that run's decisive positions."
@@ -106,8 +136,10 @@ def compare_with_run(res: dict, path: str | Path) -> dict:
     ours = res["metainfer"]["top1"]
     if "gap" not in ref:  # an older run, without its gaps
         return {"agreement": agreement(ours, ref["top1"])}
-    return {"agreement": agreement(ours, ref["top1"], decisive(ref["gap"])),
-            "agreement_by_margin": by_margin(ours, ref["top1"], ref["gap"])}
+    return {
+        "agreement": agreement(ours, ref["top1"], decisive(ref["gap"])),
+        "agreement_by_margin": by_margin(ours, ref["top1"], ref["gap"]),
+    }
 
 # %% ../../nbs/bench/18f_agreement.ipynb #c014
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,8 +149,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-len", type=int, default=128, help="longest prompt (shortest: 16)")
     parser.add_argument("--output-len", type=int, default=256, help="forced tokens, each compared")
     parser.add_argument("--against", default="hf", help="'hf', or an earlier agreement run's JSON")
-    parser.add_argument("--control", action="store_true",
-                        help="--against hf: also compare ours and HF's bf16 with HF in fp32")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="--against hf: also compare ours and HF's bf16 with HF in fp32",
+    )
+
 
 def measure(args: argparse.Namespace) -> tuple[dict, object, object]:
     "Our predictions on the forced tokens, the result's head, and the engine's device and dtype."
@@ -130,13 +166,18 @@ def measure(args: argparse.Namespace) -> tuple[dict, object, object]:
     forced = random_prompts(args.batch_size, args.output_len, args.output_len, vocab, seed=6)
     top1, gaps = engine_top1(llm, prompts, forced)
     probe_after = host_probe(runner.device)
-    res["metainfer"] = {"top1": top1, "gap": gaps, "batch": args.batch_size,
-                        "positions": args.output_len}
+    res["metainfer"] = {
+        "top1": top1,
+        "gap": gaps,
+        "batch": args.batch_size,
+        "positions": args.output_len,
+    }
     res["prompts"], res["forced"] = prompts, forced
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement
     device, dtype = runner.device, runner.dtype
     llm.shutdown()
     return res, device, dtype
+
 
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench agreement`: our predictions, then the reference's; write JSON."

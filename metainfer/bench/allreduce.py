@@ -4,7 +4,9 @@
 
 # %% ../../nbs/bench/18g_allreduce.ipynb #c001
 from __future__ import annotations
-import argparse, json, time
+import argparse
+import json
+import time
 from pathlib import Path
 from .common import bench_command, environment, time_cuda, write_json
 
@@ -15,6 +17,7 @@ __all__ = ['plot_allreduce', 'add_arguments', 'main']
 def _eager_and_graph_us(fn) -> tuple[float, float]:
     "µs per `fn()` launched eagerly (median of 50 after a warm-up), and per call of 20 in a graph."
     import torch
+
     eager = time_cuda(fn, 50)  # the warm-up also leaves the stream idle before the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -22,19 +25,22 @@ def _eager_and_graph_us(fn) -> tuple[float, float]:
             fn()
     return eager * 1e6, time_cuda(graph.replay, 20) / 20 * 1e6
 
-
 # %% ../../nbs/bench/18g_allreduce.ipynb #c007
 def _fused_norm_rows(comm, device, hidden: int = 4096) -> list[dict]:
     "A decode layer's reduce + residual add + RMSNorm: the fused kernel against the three it ends."
     import torch
-    from metainfer.distributed import TorchDistCommunicator
-    from metainfer.triton_kernels import TritonKernels
+    from metainfer.distributed.parallel import TorchDistCommunicator
+    from metainfer.kernels.triton_elementwise import TritonKernels
+
     kernels = TritonKernels()  # the unfused path's add_rms_norm
     w, out = torch.randn(hidden, device=device, dtype=torch.bfloat16), []
+
     def fused(*a):
         return comm.all_reduce_add_rms_norm(*a, kernels)
+
     def unfused(*a):
         return TorchDistCommunicator.all_reduce_add_rms_norm(comm, *a, kernels)
+
     paths = {"fused": fused, "one-shot + cast + add_rms_norm": unfused}
     for n_rows in (1, 8, 32):
         x = torch.randn(n_rows, hidden, device=device)  # float32 partials
@@ -43,15 +49,27 @@ def _fused_norm_rows(comm, device, hidden: int = 4096) -> list[dict]:
         same = all(torch.equal(a, b) for a, b in zip(fused, plain))
         for name, fn in paths.items():
             eager, graph = _eager_and_graph_us(lambda: fn(x, res, w, 1e-6))
-            out.append({"rows": n_rows, "hidden": hidden, "path": name, "eager_us": eager,
-                        "graph_us": graph, "identical_to_unfused": same})
+            out.append(
+                {
+                    "rows": n_rows,
+                    "hidden": hidden,
+                    "path": name,
+                    "eager_us": eager,
+                    "graph_us": graph,
+                    "identical_to_unfused": same,
+                }
+            )
     return out
 
 # %% ../../nbs/bench/18g_allreduce.ipynb #c009
 def _allreduce_worker(rank: int, size: int, init_method: str, sizes: list[int], out: str) -> None:
     import torch
-    from metainfer.distributed import (TorchDistCommunicator, destroy_tensor_parallel,
-                                       init_tensor_parallel)
+    from metainfer.distributed.parallel import (
+        TorchDistCommunicator,
+        destroy_tensor_parallel,
+        init_tensor_parallel,
+    )
+
     device = torch.device("cuda", rank)
     tp = init_tensor_parallel(rank, size, init_method, device, dtype=torch.bfloat16)
     comms = {"nccl": TorchDistCommunicator()}
@@ -79,6 +97,7 @@ def _plot_latency(ax, res: dict) -> None:
     ax.set(xlabel="message KB (bf16)", ylabel="µs", title=f"all-reduce latency, {res['gpus']} GPUs")
     ax.legend()
 
+
 def _plot_fused(ax, fused: list[dict]) -> None:
     paths = list(dict.fromkeys(r["path"] for r in fused))
     n_rows = sorted({r["rows"] for r in fused})
@@ -88,15 +107,21 @@ def _plot_fused(ax, fused: list[dict]) -> None:
         ax.bar(xs, [graph_us[p, n] for n in n_rows], 0.4, label=p)
     labels = [f"{n} x {fused[0]['hidden']}" for n in n_rows]
     ax.set_xticks([j + 0.2 for j in range(len(n_rows))], labels)
-    ax.set(xlabel="rows x hidden (float32 partials)", ylabel="µs per call, in a CUDA graph",
-           title="all-reduce + residual add + RMSNorm")
+    ax.set(
+        xlabel="rows x hidden (float32 partials)",
+        ylabel="µs per call, in a CUDA graph",
+        title="all-reduce + residual add + RMSNorm",
+    )
     ax.legend()
+
 
 def plot_allreduce(res: dict, path: Path) -> None:
     "Latency against message size per communicator; beside it, the fused reduce + norm if timed."
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fused = res.get("fused_norm") or []
     fig, axes = plt.subplots(1, 2 if fused else 1, figsize=(13 if fused else 7, 4), squeeze=False)
     _plot_latency(axes[0][0], res)
@@ -109,26 +134,39 @@ def plot_allreduce(res: dict, path: Path) -> None:
 # %% ../../nbs/bench/18g_allreduce.ipynb #c015
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     "Flags of `metainfer bench allreduce`."
-    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
-                        help="GPUs in the group (1: every GPU of this machine)")
-    parser.add_argument("--out", default="docs/benchmarks",
-                        help="folder for NAME.json and NAME.png")
+    parser.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=1,
+        help="GPUs in the group (1: every GPU of this machine)",
+    )
+    parser.add_argument(
+        "--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png"
+    )
     parser.add_argument("--name", default=None, help="file name stem (default: allreduce-NGPUgpu)")
+
 
 def _print_rows(rows: list[dict], fused: list[dict]) -> None:
     for r in rows:
-        print(f"{r['bytes'] >> 10:>6} KB {r['comm']:>9}: eager {r['eager_us']:7.1f} µs, "
-              f"graph {r['graph_us']:7.1f} µs")
+        print(
+            f"{r['bytes'] >> 10:>6} KB {r['comm']:>9}: eager {r['eager_us']:7.1f} µs, "
+            f"graph {r['graph_us']:7.1f} µs"
+        )
     for r in fused:
-        print(f"{r['rows']:>3} rows x {r['hidden']} {r['path']:>30}: "
-              f"eager {r['eager_us']:7.1f} µs, graph {r['graph_us']:7.1f} µs; "
-              f"same bits as unfused: {r['identical_to_unfused']}")
+        print(
+            f"{r['rows']:>3} rows x {r['hidden']} {r['path']:>30}: "
+            f"eager {r['eager_us']:7.1f} µs, graph {r['graph_us']:7.1f} µs; "
+            f"same bits as unfused: {r['identical_to_unfused']}"
+        )
+
 
 def main(args: argparse.Namespace) -> list[dict]:
     "Time all-reduce on every GPU of this machine; JSON and a plot."
     import torch
     import torch.multiprocessing as mp
-    from metainfer.distributed import free_port
+    from metainfer.distributed.parallel import free_port
+
     size = args.tensor_parallel_size if args.tensor_parallel_size > 1 else torch.cuda.device_count()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -139,9 +177,14 @@ def main(args: argparse.Namespace) -> list[dict]:
     got = json.loads(tmp.read_text())
     tmp.unlink()
     name = args.name or f"allreduce-{size}gpu"
-    res = {"command": bench_command(args, "allreduce"), "gpus": size, "rows": got["rows"],
-           "fused_norm": got["fused"], "hardware": environment(torch.device("cuda", 0)),
-           "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    res = {
+        "command": bench_command(args, "allreduce"),
+        "gpus": size,
+        "rows": got["rows"],
+        "fused_norm": got["fused"],
+        "hardware": environment(torch.device("cuda", 0)),
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     write_json(res, out, name)
     plot_allreduce(res, out / f"{name}.png")
     _print_rows(got["rows"], got["fused"])

@@ -4,7 +4,13 @@
 
 # %% ../../nbs/bench/18a_common.ipynb #c001
 from __future__ import annotations
-import argparse, json, random, shlex, statistics, sys, time
+import argparse
+import json
+import random
+import shlex
+import statistics
+import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from ..config import add_engine_args, engine_config
@@ -19,6 +25,7 @@ __all__ = ['BENCH_ENGINE_DEFAULTS', 'time_cuda', 'copy_bandwidth', 'gemm_flops',
 def time_cuda(fn, iters: int) -> float:
     "Median seconds of `fn()` on the GPU, timed with events after a warm-up."
     import torch
+
     fn()
     torch.cuda.synchronize()
     times = []
@@ -31,51 +38,67 @@ def time_cuda(fn, iters: int) -> float:
         times.append(start.elapsed_time(end) / 1e3)
     return statistics.median(times)
 
+
 def copy_bandwidth(device, nbytes: int = 2 << 30, iters: int = 10) -> float:
     "Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."
     import torch
+
     src = torch.randn(nbytes // 4, device=device)
     dst = torch.empty_like(src)
     return 2 * nbytes / time_cuda(lambda: dst.copy_(src), iters)
 
+
 def gemm_flops(device, n: int = 8192, dtype: str = "bfloat16", iters: int = 10) -> float:
     "Dense matrix-product rate in FLOP/s on random data."
     import torch
+
     a, b = (torch.randn(n, n, device=device, dtype=getattr(torch, dtype)) for _ in range(2))
     return 2 * n**3 / time_cuda(lambda: a @ b, iters)
 
 # %% ../../nbs/bench/18a_common.ipynb #c008
-def streamed_weight_bytes(model,                         # the engine's model (one rank's shard)
-                          tied: bool,                    # tied embeddings: the head reads the table
-                          batch: int = 1,                # tokens in the step
-                          experts_per_token: float = 1.0 # MoE: top-k / routed experts
-                         ) -> int:
+def streamed_weight_bytes(
+    model,  # the engine's model (one rank's shard)
+    tied: bool,  # tied embeddings: the head reads the table
+    batch: int = 1,  # tokens in the step
+    experts_per_token: float = 1.0,  # MoE: top-k / routed experts
+) -> int:
     "Weight bytes a decode step of `batch` tokens reads, per rank (a MoE: the experts it picks)."
-    from metainfer.moe import FusedMoE
+    from metainfer.layers.moe import FusedMoE
+
     def nbytes(params):
         return sum(p.numel() * p.element_size() for p in params)
+
     total = nbytes(model.parameters())
     if not tied:
         total -= nbytes([model.model.embed_tokens.weight])
     experts = nbytes(p for m in model.modules() if isinstance(m, FusedMoE) for p in m.parameters())
     return round(total - experts * (1 - experts_per_token) ** batch)
 
-def decode_roofline(weight_bytes: int, kv_bytes_per_token: int, batch: int, context: int,
-                    bandwidth: float) -> dict:
+
+def decode_roofline(
+    weight_bytes: int, kv_bytes_per_token: int, batch: int, context: int, bandwidth: float
+) -> dict:
     "The memory-bound limit of decode: tokens/s and step time if every byte moves at `bandwidth`."
     step_bytes = weight_bytes + batch * context * kv_bytes_per_token
     step_s = step_bytes / bandwidth
     return {"bytes_per_step": step_bytes, "step_s": step_s, "tokens_per_s": batch / step_s}
 
 # %% ../../nbs/bench/18a_common.ipynb #c015
-def throughput_bound(input_lens: list[int], output_lens: list[int], params: int, weight_bytes,
-                     kv_bytes_per_token: int, bandwidth: float, flops: float,
-                     max_batch: int) -> dict:
+def throughput_bound(
+    input_lens: list[int],
+    output_lens: list[int],
+    params: int,
+    weight_bytes,
+    kv_bytes_per_token: int,
+    bandwidth: float,
+    flops: float,
+    max_batch: int,
+) -> dict:
     "Lower bound on the time of an offline workload, and the output tokens/s it allows."
     prefill_s = 2 * params * sum(input_lens) / flops
     decode_s, order = 0.0, sorted(range(len(input_lens)), key=lambda i: -output_lens[i])
     for wave in range(0, len(order), max_batch):
-        seqs = order[wave:wave + max_batch]
+        seqs = order[wave : wave + max_batch]
         for t in range(max(output_lens[i] for i in seqs)):
             live = [i for i in seqs if output_lens[i] > t]
             kv = sum(input_lens[i] + t for i in live)
@@ -83,8 +106,12 @@ def throughput_bound(input_lens: list[int], output_lens: list[int], params: int,
             gemm_s = max(read_s, 2 * params * len(live) / flops)  # memory- or compute-bound
             decode_s += gemm_s + kv * kv_bytes_per_token / bandwidth
     total = prefill_s + decode_s
-    return {"prefill_s": prefill_s, "decode_s": decode_s, "total_s": total,
-            "output_tokens_per_s": sum(output_lens) / total}
+    return {
+        "prefill_s": prefill_s,
+        "decode_s": decode_s,
+        "total_s": total,
+        "output_tokens_per_s": sum(output_lens) / total,
+    }
 
 # %% ../../nbs/bench/18a_common.ipynb #c019
 def random_prompts(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[list[int]]:
@@ -92,11 +119,14 @@ def random_prompts(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[list
     rng = random.Random(seed)
     return [[rng.randrange(vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
 
+
 def host_probe(device, n: int = 2000) -> dict:
     "How fast the host is now: µs per `torch.empty` on `device` and per 100 empty function calls."
     import torch
+
     def nothing():
         return None
+
     t = time.perf_counter()
     for _ in range(n):
         torch.empty(16, device=device)
@@ -110,11 +140,14 @@ def host_probe(device, n: int = 2000) -> dict:
 # %% ../../nbs/bench/18a_common.ipynb #c023
 BENCH_ENGINE_DEFAULTS = {"max_model_len": 4096}  # where the bench differs from EngineConfig
 
+
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
     "`--out` and `--name`: where a result goes."
-    parser.add_argument("--out", default="docs/benchmarks",
-                        help="folder for NAME.json and NAME.png")
+    parser.add_argument(
+        "--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png"
+    )
     parser.add_argument("--name", default=None, help=name_help)
+
 
 def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     "The checkpoint, the engine's flags (with the bench's defaults) and `--out`/`--name`."
@@ -122,20 +155,23 @@ def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_args(parser, **BENCH_ENGINE_DEFAULTS)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")
 
+
 def start_engine(args: argparse.Namespace):
     "The `LLM` of the parsed engine flags, on `args.model`."
     from metainfer import LLM
+
     return LLM(**asdict(engine_config(args, args.model)))
 
 # %% ../../nbs/bench/18a_common.ipynb #c026
 @dataclass
 class Card:
     "What this run measured of the card and the model: bytes a step reads, how fast they move."
+
     bandwidth: float | None  # copy bandwidth, bytes/s (None on the CPU)
-    dense: int               # weight bytes of a step that reads no routed expert (per rank)
-    full: int                # every weight byte a step can read (per rank)
-    k_of_e: float            # MoE: experts per token / routed experts (0: a dense model)
-    kv_per_token: int        # KV-cache bytes per token (per rank)
+    dense: int  # weight bytes of a step that reads no routed expert (per rank)
+    full: int  # every weight byte a step can read (per rank)
+    k_of_e: float  # MoE: experts per token / routed experts (0: a dense model)
+    kv_per_token: int  # KV-cache bytes per token (per rank)
 
     def weights_at(self, batch: int) -> int:
         "Weight bytes a step of `batch` tokens reads: a MoE reads the experts its tokens pick."
@@ -144,6 +180,7 @@ class Card:
     def params_per_token(self, itemsize: int) -> int:
         "Parameters in a token's matrix products: the streamed weights, its `k` experts only."
         return round((self.dense + (self.full - self.dense) * self.k_of_e) / itemsize)
+
 
 def measure_card(llm) -> Card:
     "Copy bandwidth (GPU only) and the weight and KV bytes of the engine's model."
@@ -166,18 +203,27 @@ def bench_command(args: argparse.Namespace, mode: str) -> str:
         return " ".join(["metainfer", "bench", *sys.argv[2:]])
     return f"metainfer bench {mode}"
 
+
 def environment(device) -> dict:
     "Versions, and the GPU's name and count."
-    import platform, torch, transformers
-    env = {"torch": torch.__version__, "transformers": transformers.__version__,
-           "python": platform.python_version()}
+    import platform
+    import torch
+    import transformers
+
+    env = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
     if device.type == "cuda":
         env |= {"gpu": torch.cuda.get_device_name(device), "gpus": torch.cuda.device_count()}
     return env
 
+
 def gpu_memory_used() -> list[int]:
     "Bytes in use on each GPU."
     import torch
+
     return [t - f for f, t in map(torch.cuda.mem_get_info, range(torch.cuda.device_count()))]
 
 # %% ../../nbs/bench/18a_common.ipynb #c030
@@ -186,24 +232,38 @@ def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int)
     runner, cfg, tp = llm.engine.runner, llm.engine.model_config, args.tensor_parallel_size
     params = sum(p.numel() for p in runner.model.parameters()) * tp
     bandwidth = {"copy_bandwidth_Bps": card.bandwidth} if card.bandwidth else {}
-    res = {"mode": mode, "command": bench_command(args, mode),
-           "model": {"dir": str(args.model), "architecture": cfg.architecture,
-                     "layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size, "params": params},
-           "engine": {"tensor_parallel_size": tp, "dtype": str(runner.dtype),
-                      "cuda_graphs": runner.graphs is not None,
-                      "kernel_backend": runner.kernel_backend, "kv_blocks": runner.num_kv_blocks,
-                      "kv_bytes_per_token": card.kv_per_token},
-           "hardware": environment(runner.device) | bandwidth,
-           "weight_bytes_per_step_per_rank": card.weights_at(batch),
-           "weight_bytes_per_rank": card.full,
-           "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    res = {
+        "mode": mode,
+        "command": bench_command(args, mode),
+        "model": {
+            "dir": str(args.model),
+            "architecture": cfg.architecture,
+            "layers": cfg.num_hidden_layers,
+            "hidden": cfg.hidden_size,
+            "params": params,
+        },
+        "engine": {
+            "tensor_parallel_size": tp,
+            "dtype": str(runner.dtype),
+            "cuda_graphs": runner.graphs is not None,
+            "kernel_backend": runner.kernel_backend,
+            "kv_blocks": runner.num_kv_blocks,
+            "kv_bytes_per_token": card.kv_per_token,
+        },
+        "hardware": environment(runner.device) | bandwidth,
+        "weight_bytes_per_step_per_rank": card.weights_at(batch),
+        "weight_bytes_per_rank": card.full,
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if runner.device.type == "cuda":
         res["gpu_memory_used_bytes"] = gpu_memory_used()
     return res
 
+
 def result_name(args: argparse.Namespace, mode: str) -> str:
     "`--name`, else `MODE-MODEL-tpN`."
     return args.name or f"{mode}-{Path(args.model).name}-tp{args.tensor_parallel_size}"
+
 
 def write_json(res: dict, out: str | Path, name: str) -> Path:
     "Write `res` to `out/NAME.json`."
@@ -212,20 +272,26 @@ def write_json(res: dict, out: str | Path, name: str) -> Path:
     path.write_text(json.dumps(res, indent=1))
     return path
 
+
 def free_memory() -> None:
     "Collect an engine that went out of scope (its layers reach themselves) before a peer loads."
-    import gc, torch
+    import gc
+    import torch
+
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 # %% ../../nbs/bench/18a_common.ipynb #c032
-def plot_bars(path: Path, title: str, bars: dict[str, float], limit: float | None,
-              ylabel: str) -> None:
+def plot_bars(
+    path: Path, title: str, bars: dict[str, float], limit: float | None, ylabel: str
+) -> None:
     "A bar chart of `bars` with the roofline as a dashed line."
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4))
     names, vals = list(bars), list(bars.values())
     colors = ["#2a6f97" if n.startswith("metainfer") else "#999999" for n in names]
@@ -242,12 +308,22 @@ def plot_bars(path: Path, title: str, bars: dict[str, float], limit: float | Non
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
+
 def print_summary(res: dict) -> None:
     "The scalars of a result, as JSON on stdout."
     summary = {k: v for k, v in res["metainfer"].items() if not isinstance(v, list)}
-    print(json.dumps({"metainfer": summary, "roofline": res.get("roofline"),
-                      "peers": res.get("peers"), "agreement": res.get("agreement"),
-                      "by_margin": res.get("agreement_by_margin"),
-                      "control_fp32": res.get("control_fp32"),
-                      "profile": res.get("profile", {}).get("share"),
-                      "host_probe": res.get("host_probe")}, indent=1))
+    print(
+        json.dumps(
+            {
+                "metainfer": summary,
+                "roofline": res.get("roofline"),
+                "peers": res.get("peers"),
+                "agreement": res.get("agreement"),
+                "by_margin": res.get("agreement_by_margin"),
+                "control_fp32": res.get("control_fp32"),
+                "profile": res.get("profile", {}).get("share"),
+                "host_probe": res.get("host_probe"),
+            },
+            indent=1,
+        )
+    )

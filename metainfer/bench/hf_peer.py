@@ -4,7 +4,8 @@
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #c001
 from __future__ import annotations
-import gc, time
+import gc
+import time
 import torch
 from torch import Tensor
 from .common import random_prompts
@@ -17,17 +18,21 @@ def _sync(t: Tensor) -> None:
     if t.is_cuda:
         torch.cuda.synchronize(t.device)
 
+
 @torch.no_grad()
 def hf_generate_decode(model, ids: Tensor, n: int) -> dict:
     "HF `generate`, eager: `n` new tokens minus 1 new token, so prefill is left out."
-    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0,
-              attention_mask=torch.ones_like(ids))
+    kw = dict(
+        do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids)
+    )
+
     def gen(k):
         _sync(ids)
         t = time.perf_counter()
         model.generate(ids, max_new_tokens=k, min_new_tokens=k, **kw)
         _sync(ids)
         return time.perf_counter() - t
+
     gen(8)  # warm-up
     gen(1)
     t_n, t_1 = gen(n), gen(1)
@@ -38,11 +43,14 @@ def hf_generate_decode(model, ids: Tensor, n: int) -> dict:
 def hf_compiled_decode(model, ids: Tensor, n: int, warmup: int = 3) -> dict:
     "Prefill into a `StaticCache`, then `n` (after `warmup`) calls of a compiled greedy step."
     from transformers import StaticCache
+
     L = ids.shape[1]
     cache = StaticCache(config=model.config, max_cache_len=L + warmup + n + 1)
+
     def next_token(t, pos):
         logits = model(t, past_key_values=cache, cache_position=pos).logits
         return logits[:, -1].argmax(-1, keepdim=True)
+
     start = time.perf_counter()
     tok = next_token(ids, torch.arange(L, device=ids.device))
     _sync(ids)
@@ -60,17 +68,28 @@ def hf_compiled_decode(model, ids: Tensor, n: int, warmup: int = 3) -> dict:
         tok = step(tok, pos + i).clone()
         tokens.append(tok)
     _sync(ids)
-    res = {"decode_tokens_per_s": n / (time.perf_counter() - t0), "ttft_s": ttft,
-           "compile_s": compile_s, "token_ids": torch.cat(tokens, 1)[0].tolist()}
+    res = {
+        "decode_tokens_per_s": n / (time.perf_counter() - t0),
+        "ttft_s": ttft,
+        "compile_s": compile_s,
+        "token_ids": torch.cat(tokens, 1)[0].tolist(),
+    }
     torch._dynamo.reset()  # the compiled step closes over this model and cache: let them go
     return res
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #c011
-def hf_decode_rate(model_dir: str, input_len: int, output_len: int, compile: bool,
-                   device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
-                   seed: int = 0) -> dict:
+def hf_decode_rate(
+    model_dir: str,
+    input_len: int,
+    output_len: int,
+    compile: bool,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+) -> dict:
     "HF transformers B=1 greedy decode tokens/s (prefill excluded), eager or compiled."
     from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     prompt = random_prompts(1, input_len, input_len, model.config.vocab_size, seed)
     ids = torch.tensor(prompt, device=device)
@@ -83,6 +102,7 @@ def hf_decode_rate(model_dir: str, input_len: int, output_len: int, compile: boo
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return {"compile": compile} | res
+
 
 def hf_peers(model_dir: str, input_len: int, output_len: int, peer_modes: str) -> tuple[dict, dict]:
     "HF's decode rate for each of `peer_modes` (`eager,compile`); the errors of those that failed."

@@ -4,12 +4,24 @@
 
 # %% ../../nbs/bench/18d_latency.ipynb #c001
 from __future__ import annotations
-import argparse, statistics, time
+import argparse
+import statistics
+import time
 from pathlib import Path
-from .common import (add_offline_arguments, decode_roofline, free_memory,
-                                    host_probe, measure_card, plot_bars, print_summary,
-                                    random_prompts, result_name, run_record, start_engine,
-                                    write_json)
+from metainfer.bench.common import (
+    add_offline_arguments,
+    decode_roofline,
+    free_memory,
+    host_probe,
+    measure_card,
+    plot_bars,
+    print_summary,
+    random_prompts,
+    result_name,
+    run_record,
+    start_engine,
+    write_json,
+)
 
 # %% auto #0
 __all__ = ['REPEAT_KEYS', 'run_latency', 'median_run', 'profile_latency', 'add_arguments', 'measure', 'main']
@@ -17,7 +29,8 @@ __all__ = ['REPEAT_KEYS', 'run_latency', 'median_run', 'profile_latency', 'add_a
 # %% ../../nbs/bench/18d_latency.ipynb #c004
 def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0) -> dict:
     "TTFT, TPOT and decode tokens/s of `batch` equal-length requests, measured step by step."
-    from metainfer.sequence import SamplingParams
+    from metainfer.engine.sequence import SamplingParams
+
     engine, vocab = llm.engine, llm.engine.model_config.vocab_size
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
     warm = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -30,13 +43,21 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
             arrivals.append(time.perf_counter())
     decode = [b - a for a, b in zip(arrivals, arrivals[1:])]
     tpot = statistics.median(decode)
-    return {"batch": batch, "input_len": input_len, "output_len": output_len,
-            "ttft_s": arrivals[0] - start, "tpot_s": tpot, "tpot_mean_s": statistics.mean(decode),
-            "decode_tokens_per_s": batch / tpot, "steps": len(arrivals),
-            "total_s": time.perf_counter() - start}
+    return {
+        "batch": batch,
+        "input_len": input_len,
+        "output_len": output_len,
+        "ttft_s": arrivals[0] - start,
+        "tpot_s": tpot,
+        "tpot_mean_s": statistics.mean(decode),
+        "decode_tokens_per_s": batch / tpot,
+        "steps": len(arrivals),
+        "total_s": time.perf_counter() - start,
+    }
 
 # %% ../../nbs/bench/18d_latency.ipynb #c009
 REPEAT_KEYS = ("decode_tokens_per_s", "tpot_s", "tpot_mean_s", "ttft_s", "host_probe")
+
 
 def median_run(runs: list[dict]) -> dict:
     "The run of median decode rate (the lower middle of an even count): a host moves it least."
@@ -45,8 +66,9 @@ def median_run(runs: list[dict]) -> dict:
 # %% ../../nbs/bench/18d_latency.ipynb #c012
 def profile_latency(llm, args: argparse.Namespace) -> dict:
     "`--profile`: GPU kernels of the prefill and 16 decode steps; `--host-profile`: cProfile."
-    from metainfer.sequence import SamplingParams
+    from metainfer.engine.sequence import SamplingParams
     from metainfer.bench.profile import host_profile_steps, profile_steps
+
     engine, res = llm.engine, {}
     gpu = args.profile and engine.runner.device.type == "cuda"
     params = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
@@ -74,16 +96,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1, help="sequences decoded together")
     parser.add_argument("--input-len", type=int, default=128, help="prompt tokens of each sequence")
     parser.add_argument("--output-len", type=int, default=256, help="tokens each sequence makes")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="measure this many times (host probe after each); report the median")
-    parser.add_argument("--peer", choices=["none", "hf"], default="none",
-                        help="hf: also time HF transformers on the same checkpoint")
-    parser.add_argument("--peer-modes", default="eager,compile",
-                        help="--peer hf: HF eager and/or torch.compile + static cache")
-    parser.add_argument("--profile", action="store_true",
-                        help="GPU kernel time by category, idle split (CUDA profiler)")
-    parser.add_argument("--host-profile", action="store_true",
-                        help="Python time per step by function (cProfile)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure this many times (host probe after each); report the median",
+    )
+    parser.add_argument(
+        "--peer",
+        choices=["none", "hf"],
+        default="none",
+        help="hf: also time HF transformers on the same checkpoint",
+    )
+    parser.add_argument(
+        "--peer-modes",
+        default="eager,compile",
+        help="--peer hf: HF eager and/or torch.compile + static cache",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPU kernel time by category, idle split (CUDA profiler)",
+    )
+    parser.add_argument(
+        "--host-profile", action="store_true", help="Python time per step by function (cProfile)"
+    )
 
 # %% ../../nbs/bench/18d_latency.ipynb #c015
 def measure(args: argparse.Namespace) -> dict:
@@ -102,13 +139,19 @@ def measure(args: argparse.Namespace) -> dict:
         res["repeats"] = [{k: r[k] for k in REPEAT_KEYS} for r in runs]
     if card.bandwidth:
         context = args.input_len + args.output_len // 2
-        res["roofline"] = decode_roofline(card.weights_at(args.batch_size), card.kv_per_token,
-                                          args.batch_size, context, card.bandwidth)
+        res["roofline"] = decode_roofline(
+            card.weights_at(args.batch_size),
+            card.kv_per_token,
+            args.batch_size,
+            context,
+            card.bandwidth,
+        )
     if (args.profile and device.type == "cuda") or args.host_profile:
         res |= profile_latency(llm, args)
     res["host_probe"] = {"before": probe, "after": runs[-1]["host_probe"]}  # around the measurement
     llm.shutdown()
     return res
+
 
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench latency`: measure, then the HF peers; write JSON and a bar chart."
@@ -116,6 +159,7 @@ def main(args: argparse.Namespace) -> dict:
     free_memory()
     if args.peer == "hf":
         from metainfer.bench.hf_peer import hf_peers
+
         peers, errors = hf_peers(args.model, args.input_len, args.output_len, args.peer_modes)
         res["peers"] = peers
         if errors:

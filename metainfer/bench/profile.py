@@ -12,17 +12,35 @@ __all__ = ['CATEGORIES', 'kernel_category', 'idle_split', 'charged_times', 'prof
 
 # %% ../../nbs/bench/18b_profile.ipynb #c005
 CATEGORIES = {
-    "attention": ("attn", "attention", "paged", "store_kv", "flash", "fmha", "sdpa", "decode",
-                  "prefill"),
+    "attention": (
+        "attn",
+        "attention",
+        "paged",
+        "store_kv",
+        "flash",
+        "fmha",
+        "sdpa",
+        "decode",
+        "prefill",
+    ),
     "gemm": ("gemm", "gemv", "matmul", "cutlass", "sm90_", "nvjet", "cublas", "splitk", "xmma"),
-    "communication": ("nccl", "all_reduce", "allreduce", "symm", "one_shot", "multimem",
-                      "cross_device"),
+    "communication": (
+        "nccl",
+        "all_reduce",
+        "allreduce",
+        "symm",
+        "one_shot",
+        "multimem",
+        "cross_device",
+    ),
 }
+
 
 def kernel_category(name: str) -> str:
     "The category of a kernel, from its name."
     n = name.lower()
     return next((c for c, keys in CATEGORIES.items() if any(k in n for k in keys)), "other")
+
 
 def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) -> dict:
     "GPU idle between kernels (µs): short gaps (launches in a step) vs long ones (the host)."
@@ -38,6 +56,7 @@ def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) 
         end = max(end, e)
     return {"short_gaps_s": short / 1e6, "host_waits_s": long / 1e6, "kernels": len(intervals)}
 
+
 def charged_times(events: list[tuple[float, float, str]]) -> tuple[dict[str, float], float]:
     "Seconds per kernel of `(start, end, name)` µs intervals, each instant charged once; overlap."
     charged, end, raw = {}, float("-inf"), 0.0
@@ -51,6 +70,7 @@ def profile_steps(engine, steps: int = 16) -> dict:
     "GPU time by category over `steps` engine steps (requests running), and the idle share."
     import torch
     from torch.profiler import profile, ProfilerActivity
+
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:  # no CPU tracing: it slows the host
         start = time.perf_counter()
@@ -59,8 +79,11 @@ def profile_steps(engine, steps: int = 16) -> dict:
         torch.cuda.synchronize()
         wall = time.perf_counter() - start
     cuda = torch.autograd.DeviceType.CUDA
-    events = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-              if e.device_type == cuda and e.time_range.end > e.time_range.start]
+    events = [
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in prof.events()
+        if e.device_type == cuda and e.time_range.end > e.time_range.start
+    ]
     kernels, overlap = charged_times(events)
     by_cat = {c: 0.0 for c in (*CATEGORIES, "other")}
     for k, t in kernels.items():
@@ -68,16 +91,23 @@ def profile_steps(engine, steps: int = 16) -> dict:
     busy = sum(by_cat.values())
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
     gaps = idle_split([(s, e) for s, e, _ in events])
-    return {"wall_s": wall, "steps": steps, "gpu_busy_s": busy, "overlap_s": overlap,
-            "kernels_per_step": gaps["kernels"] / steps,
-            "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
-            "idle_s": {"short_gaps": gaps["short_gaps_s"], "host_waits": gaps["host_waits_s"]},
-            "top_kernels": [{"name": k[:120], "s": t, "share": t / wall} for k, t in top]}
+    return {
+        "wall_s": wall,
+        "steps": steps,
+        "gpu_busy_s": busy,
+        "overlap_s": overlap,
+        "kernels_per_step": gaps["kernels"] / steps,
+        "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
+        "idle_s": {"short_gaps": gaps["short_gaps_s"], "host_waits": gaps["host_waits_s"]},
+        "top_kernels": [{"name": k[:120], "s": t, "share": t / wall} for k, t in top],
+    }
 
 # %% ../../nbs/bench/18b_profile.ipynb #c010
 def host_profile_steps(engine, steps: int = 16, top: int = 25) -> dict:
     "Where the host spends a step: `steps` steps under cProfile, the `top` functions by own time."
-    import cProfile, pstats
+    import cProfile
+    import pstats
+
     prof = cProfile.Profile()
     start = time.perf_counter()
     prof.enable()
@@ -87,9 +117,16 @@ def host_profile_steps(engine, steps: int = 16, top: int = 25) -> dict:
     wall = time.perf_counter() - start
     stats = pstats.Stats(prof).stats  # (file, line, name): (cc, n, own, cum, callers)
     rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
-    return {"wall_us_per_step": wall / steps * 1e6,
-            "note": "under cProfile, which slows Python calls: compare rows, not totals",
-            "top_own_time": [{"function": f"{Path(f).name}:{line}({name})",
-                              "calls_per_step": n / steps, "own_us_per_step": own / steps * 1e6,
-                              "cum_us_per_step": cum / steps * 1e6}
-                             for (f, line, name), (_, n, own, cum, _) in rows]}
+    return {
+        "wall_us_per_step": wall / steps * 1e6,
+        "note": "under cProfile, which slows Python calls: compare rows, not totals",
+        "top_own_time": [
+            {
+                "function": f"{Path(f).name}:{line}({name})",
+                "calls_per_step": n / steps,
+                "own_us_per_step": own / steps * 1e6,
+                "cum_us_per_step": cum / steps * 1e6,
+            }
+            for (f, line, name), (_, n, own, cum, _) in rows
+        ],
+    }

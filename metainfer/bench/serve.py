@@ -4,7 +4,14 @@
 
 # %% ../../nbs/bench/18h_serve.ipynb #c001
 from __future__ import annotations
-import argparse, asyncio, json, math, os, random, re, shlex, time
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np
@@ -16,36 +23,50 @@ __all__ = ['WORDS', 'lognormal_lengths', 'BenchRequest', 'sample_requests', 'Req
            'add_arguments', 'parse_list', 'main']
 
 # %% ../../nbs/bench/18h_serve.ipynb #c004
-def lognormal_lengths(rng: random.Random, n: int, mean: float, sigma: float, lo: int,
-                      hi: int) -> list[int]:
+def lognormal_lengths(
+    rng: random.Random, n: int, mean: float, sigma: float, lo: int, hi: int
+) -> list[int]:
     "`n` lengths from a log-normal with the given mean, clipped to `[lo, hi]`."
     mu = math.log(mean) - sigma**2 / 2
     return [min(hi, max(lo, round(rng.lognormvariate(mu, sigma)))) for _ in range(n)]
 
 # %% ../../nbs/bench/18h_serve.ipynb #c006
-WORDS = ("the of and to in is you that it he was for on are as with his they at be this have from "
-         "or one had by word but not what all were we when your can said there use an each which "
-         "she do how their if will up other about out many then them these so some her would make "
-         "like him into time has look two more write go see").split()
+WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from "
+    "or one had by word but not what all were we when your can said there use an each which "
+    "she do how their if will up other about out many then them these so some her would make "
+    "like him into time has look two more write go see"
+).split()
+
 
 @dataclass
 class BenchRequest:
     prompt: list[int] | str
     output_len: int
 
-def sample_requests(n: int, seed: int = 0, input_len: int = 256, output_len: int = 128,
-                    max_model_len: int = 4096, chat: bool = False, sigma_in: float = 1.0,
-                    sigma_out: float = 0.8,
-                    token_range: tuple[int, int] = (1000, 10000)) -> list[BenchRequest]:
+
+def sample_requests(
+    n: int,
+    seed: int = 0,
+    input_len: int = 256,
+    output_len: int = 128,
+    max_model_len: int = 4096,
+    chat: bool = False,
+    sigma_in: float = 1.0,
+    sigma_out: float = 0.8,
+    token_range: tuple[int, int] = (1000, 10000),
+) -> list[BenchRequest]:
     "`n` seeded requests with chat-like random lengths that fit in `max_model_len`."
     rng = random.Random(seed)
     outs = lognormal_lengths(rng, n, output_len, sigma_out, 1, max_model_len // 2)
     wanted = lognormal_lengths(rng, n, input_len, sigma_in, 4, max_model_len)
     ins = [max(4, min(i, max_model_len - o - 32)) for i, o in zip(wanted, outs)]
+
     def make(k):
         if chat:
             return " ".join(rng.choice(WORDS) for _ in range(k))
         return [rng.randrange(*token_range) for _ in range(k)]
+
     return [BenchRequest(make(i), o) for i, o in zip(ins, outs)]
 
 # %% ../../nbs/bench/18h_serve.ipynb #c009
@@ -55,8 +76,8 @@ class RequestResult:
     error: str = ""
     prompt_tokens: int = 0
     output_tokens: int = 0
-    ttft: float = 0.0                       # seconds to the first text chunk
-    latency: float = 0.0                    # seconds to the end of the stream
+    ttft: float = 0.0  # seconds to the first text chunk
+    latency: float = 0.0  # seconds to the end of the stream
     itl: list[float] = field(default_factory=list)
 
     @property
@@ -64,10 +85,12 @@ class RequestResult:
         n = self.output_tokens
         return (self.latency - self.ttft) / (n - 1) if n > 1 else None
 
+
 def is_token_event(chunk: dict) -> bool:
     "Whether a streamed chunk of either endpoint carries text or the finish (not role or usage)."
     c = (chunk.get("choices") or [{}])[0]
     return bool(c.get("text") or (c.get("delta") or {}).get("content") or c.get("finish_reason"))
+
 
 async def send_request(session, url: str, body: dict, headers: dict) -> RequestResult:
     "Stream one request and time its chunks."
@@ -112,32 +135,54 @@ def stats_ms(xs: list[float]) -> dict:
     a = np.asarray(xs) * 1000
     return {"mean": float(a.mean())} | {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
 
+
 def summarize(results: list[RequestResult], duration: float) -> dict:
     "One level's metrics: counts, throughputs and TTFT/TPOT/ITL/end-to-end percentiles (ms)."
     ok = [r for r in results if r.ok]
     n_in, n_out = sum(r.prompt_tokens for r in ok), sum(r.output_tokens for r in ok)
-    return {"completed": len(ok), "failed": len(results) - len(ok), "duration_s": duration,
-            "total_input_tokens": n_in, "total_output_tokens": n_out,
-            "request_throughput": len(ok) / duration, "output_throughput": n_out / duration,
-            "total_token_throughput": (n_in + n_out) / duration,
-            "ttft_ms": stats_ms([r.ttft for r in ok]),
-            "tpot_ms": stats_ms([r.tpot for r in ok if r.tpot is not None]),
-            "itl_ms": stats_ms([x for r in ok for x in r.itl]),
-            "e2el_ms": stats_ms([r.latency for r in ok]),
-            "errors": sorted({r.error for r in results if not r.ok})[:5]}
+    return {
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "duration_s": duration,
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": len(ok) / duration,
+        "output_throughput": n_out / duration,
+        "total_token_throughput": (n_in + n_out) / duration,
+        "ttft_ms": stats_ms([r.ttft for r in ok]),
+        "tpot_ms": stats_ms([r.tpot for r in ok if r.tpot is not None]),
+        "itl_ms": stats_ms([x for r in ok for x in r.itl]),
+        "e2el_ms": stats_ms([r.latency for r in ok]),
+        "errors": sorted({r.error for r in results if not r.ok})[:5],
+    }
 
 # %% ../../nbs/bench/18h_serve.ipynb #c013
-def request_body(req: BenchRequest, model: str, chat: bool, temperature: float,
-                 ignore_eos: bool) -> dict:
+def request_body(
+    req: BenchRequest, model: str, chat: bool, temperature: float, ignore_eos: bool
+) -> dict:
     "The JSON body of one streaming request to either endpoint."
-    body = {"model": model, "max_tokens": req.output_len, "temperature": temperature,
-            "ignore_eos": ignore_eos, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "max_tokens": req.output_len,
+        "temperature": temperature,
+        "ignore_eos": ignore_eos,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if chat:
         return body | {"messages": [{"role": "user", "content": req.prompt}]}
     return body | {"prompt": req.prompt}
 
-async def run_level(session, url: str, headers: dict, bodies: list[dict], concurrency: int | None,
-                    request_rate: float = math.inf, seed: int = 0) -> dict:
+
+async def run_level(
+    session,
+    url: str,
+    headers: dict,
+    bodies: list[dict],
+    concurrency: int | None,
+    request_rate: float = math.inf,
+    seed: int = 0,
+) -> dict:
     "Send `bodies` at the given concurrency cap and/or Poisson rate; the level's summary."
     sem, rng = asyncio.Semaphore(concurrency or len(bodies)), random.Random(seed)
     if math.isinf(request_rate):
@@ -145,10 +190,12 @@ async def run_level(session, url: str, headers: dict, bodies: list[dict], concur
     else:
         gaps = [rng.expovariate(request_rate) for _ in bodies]
     starts = np.cumsum(gaps).tolist()
+
     async def one(body, at):
         await asyncio.sleep(at)
         async with sem:
             return await send_request(session, url, body, headers)
+
     t0 = time.perf_counter()
     results = await asyncio.gather(*[one(b, at) for b, at in zip(bodies, starts)])
     return summarize(results, time.perf_counter() - t0)
@@ -160,24 +207,27 @@ async def _served_model(session, base_url: str, headers: dict, model: str | None
         resp.raise_for_status()
         return next(c for c in (await resp.json())["data"] if model in (None, c["id"]))
 
-async def benchmark(base_url: str,                           # e.g. http://127.0.0.1:8000
-                    concurrency: list[int] | None = None,    # concurrency sweep (default: [1])
-                    request_rate: list[float] | None = None, # or a rate sweep, requests/s (`inf`)
-                    max_concurrency: int | None = None,      # in-flight cap in a rate sweep
-                    num_prompts: int | None = None,          # requests per level (default: above)
-                    input_len: int = 256,                    # mean prompt length, tokens
-                    output_len: int = 128,                   # mean completion length, tokens
-                    endpoint: str = "completions",           # or "chat"
-                    model: str | None = None,                # default: the server's first model
-                    api_key: str | None = None,
-                    seed: int = 0,                           # lengths, prompts and arrival times
-                    num_warmups: int = 2,                    # short requests before the first level
-                    temperature: float = 0.0,
-                    ignore_eos: bool = True,                 # exact output lengths (vLLM's)
-                    timeout_s: float = 3600,                 # per request
-                   ) -> dict:
+
+async def benchmark(
+    base_url: str,  # e.g. http://127.0.0.1:8000
+    concurrency: list[int] | None = None,  # concurrency sweep (default: [1])
+    request_rate: list[float] | None = None,  # or a rate sweep, requests/s (`inf`)
+    max_concurrency: int | None = None,  # in-flight cap in a rate sweep
+    num_prompts: int | None = None,  # requests per level (default: above)
+    input_len: int = 256,  # mean prompt length, tokens
+    output_len: int = 128,  # mean completion length, tokens
+    endpoint: str = "completions",  # or "chat"
+    model: str | None = None,  # default: the server's first model
+    api_key: str | None = None,
+    seed: int = 0,  # lengths, prompts and arrival times
+    num_warmups: int = 2,  # short requests before the first level
+    temperature: float = 0.0,
+    ignore_eos: bool = True,  # exact output lengths (vLLM's)
+    timeout_s: float = 3600,  # per request
+) -> dict:
     "Run the sweep against a server at `base_url`; the results as a dict (see `save_results`)."
     import aiohttp
+
     chat, base_url = endpoint == "chat", base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     if request_rate:
@@ -186,13 +236,16 @@ async def benchmark(base_url: str,                           # e.g. http://127.0
         levels = [(c, math.inf) for c in concurrency or [1]]
     sizes = [num_prompts or (200 if request_rate else max(16, 4 * c)) for c, _ in levels]
     url = f"{base_url}/v1/{'chat/completions' if chat else 'completions'}"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s),
-                                     connector=aiohttp.TCPConnector(limit=0)) as session:
+    async with aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout_s), connector=aiohttp.TCPConnector(limit=0)
+    ) as session:
         card = await _served_model(session, base_url, headers, model)
         max_len = card.get("max_model_len") or 4096
         reqs = sample_requests(max(sizes), seed, input_len, output_len, max_len, chat)
+
         def body(r):
             return request_body(r, card["id"], chat, temperature, ignore_eos)
+
         warm_reqs = sample_requests(num_warmups, seed + 1, 16, 4, 4096, chat)
         warm = [body(BenchRequest(r.prompt, 4)) for r in warm_reqs]
         if warm:
@@ -200,20 +253,36 @@ async def benchmark(base_url: str,                           # e.g. http://127.0
         runs = []
         for (c, rate), n in zip(levels, sizes):
             res = await run_level(session, url, headers, [body(r) for r in reqs[:n]], c, rate, seed)
-            runs.append({"concurrency": c, "request_rate": "inf" if math.isinf(rate) else rate,
-                         "num_prompts": n} | res)
-    return {"base_url": base_url, "endpoint": url, "model": card["id"],
-            "server_max_model_len": card.get("max_model_len"),
-            "sweep": "request_rate" if request_rate else "concurrency", "input_len_mean": input_len,
-            "output_len_mean": output_len, "seed": seed, "temperature": temperature,
-            "ignore_eos": ignore_eos, "runs": runs}
+            runs.append(
+                {
+                    "concurrency": c,
+                    "request_rate": "inf" if math.isinf(rate) else rate,
+                    "num_prompts": n,
+                }
+                | res
+            )
+    return {
+        "base_url": base_url,
+        "endpoint": url,
+        "model": card["id"],
+        "server_max_model_len": card.get("max_model_len"),
+        "sweep": "request_rate" if request_rate else "concurrency",
+        "input_len_mean": input_len,
+        "output_len_mean": output_len,
+        "seed": seed,
+        "temperature": temperature,
+        "ignore_eos": ignore_eos,
+        "runs": runs,
+    }
 
 # %% ../../nbs/bench/18h_serve.ipynb #c018
 def plot_results(result: dict, path: str | Path) -> Path:
     "TTFT/TPOT/ITL percentiles and output throughput against concurrency (or request rate)."
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     axis = result["sweep"]
     runs = result["runs"]
     x = [float(r[axis]) if r[axis] != "inf" else float("nan") for r in runs]
@@ -229,16 +298,20 @@ def plot_results(result: dict, path: str | Path) -> Path:
     if axis == "concurrency":
         for ax in axes:
             ax.set_xscale("log", base=2)
-    fig.suptitle(f"{result['model']} · {result['endpoint']} · in≈{result['input_len_mean']} "
-                 f"out≈{result['output_len_mean']} tokens")
+    fig.suptitle(
+        f"{result['model']} · {result['endpoint']} · in≈{result['input_len_mean']} "
+        f"out≈{result['output_len_mean']} tokens"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
 
+
 def save_results(result: dict, out_dir: str | Path, name: str, command: str) -> tuple[Path, Path]:
     "Write `out_dir/NAME.json` (with `command`) and `out_dir/NAME.png`."
     import platform
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     date, host = time.strftime("%Y-%m-%dT%H:%M:%S%z"), platform.node()
@@ -251,45 +324,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     "Flags of `metainfer bench serve`: the server, the sweep, the workload and where results go."
     a = parser.add_argument
     a("--base-url", default="http://127.0.0.1:8000", help="the server's address")
-    a("--endpoint", choices=["completions", "chat"], default="completions",
-      help="/v1/completions or /v1/chat/completions")
+    a(
+        "--endpoint",
+        choices=["completions", "chat"],
+        default="completions",
+        help="/v1/completions or /v1/chat/completions",
+    )
     a("--model", default=None, help="default: the server's first model")
     a("--api-key", default=None, help="default: $METAINFER_API_KEY or $OPENAI_API_KEY")
     a("--concurrency", default="1,4,16,64", help="concurrency sweep, e.g. 1,4,16,64")
     a("--request-rate", default=None, help="request-rate sweep in requests/s instead, e.g. 1,4,inf")
     a("--max-concurrency", type=int, default=None, help="cap on in-flight requests in a rate sweep")
-    a("--num-prompts", type=int, default=None,
-      help="requests per level (default: 4 x concurrency, >= 16; 200 per rate)")
+    a(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help="requests per level (default: 4 x concurrency, >= 16; 200 per rate)",
+    )
     a("--input-len", type=int, default=256, help="mean prompt length in tokens (log-normal)")
     a("--output-len", type=int, default=128, help="mean completion length in tokens (log-normal)")
     a("--temperature", type=float, default=0.0, help="sampling temperature of every request")
-    a("--ignore-eos", action=argparse.BooleanOptionalAction, default=True,
-      help="generate exactly the output length (vLLM's extension)")
+    a(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="generate exactly the output length (vLLM's extension)",
+    )
     a("--seed", type=int, default=0, help="seeds the lengths, the prompts and the arrival times")
     a("--num-warmups", type=int, default=2, help="short requests before the first level")
     a("--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png")
     a("--name", default=None, help="file name stem (default: serve-MODEL-ENDPOINT-DATE)")
 
+
 def parse_list(s: str | None, kind=float) -> list | None:
-    "`\"1,4,16\"` -> `[1, 4, 16]`; `inf` is allowed for rates."
+    '`"1,4,16"` -> `[1, 4, 16]`; `inf` is allowed for rates.'
     return None if s is None else [kind(x) for x in s.split(",") if x.strip()]
 
 # %% ../../nbs/bench/18h_serve.ipynb #c022
 def _print_level(result: dict, r: dict) -> None:
-    print(f"{result['sweep']}={r[result['sweep']]}: {r['completed']}/{r['num_prompts']} ok, "
-          f"TTFT p50 {r['ttft_ms']['p50'] or 0:.1f} ms, "
-          f"TPOT p50 {r['tpot_ms']['p50'] or 0:.2f} ms, "
-          f"ITL p99 {r['itl_ms']['p99'] or 0:.2f} ms, {r['output_throughput']:.1f} output tokens/s")
+    print(
+        f"{result['sweep']}={r[result['sweep']]}: {r['completed']}/{r['num_prompts']} ok, "
+        f"TTFT p50 {r['ttft_ms']['p50'] or 0:.1f} ms, "
+        f"TPOT p50 {r['tpot_ms']['p50'] or 0:.2f} ms, "
+        f"ITL p99 {r['itl_ms']['p99'] or 0:.2f} ms, {r['output_throughput']:.1f} output tokens/s"
+    )
+
 
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench serve`: run the sweep, print a line per level, write JSON and a plot."
     env = os.environ
     api_key = args.api_key or env.get("METAINFER_API_KEY") or env.get("OPENAI_API_KEY")
     levels = parse_list(args.concurrency, int), parse_list(args.request_rate)
-    result = asyncio.run(benchmark(args.base_url, *levels, args.max_concurrency, args.num_prompts,
-                                   args.input_len, args.output_len, args.endpoint, args.model,
-                                   api_key, args.seed, args.num_warmups, args.temperature,
-                                   args.ignore_eos))
+    result = asyncio.run(
+        benchmark(
+            args.base_url,
+            *levels,
+            args.max_concurrency,
+            args.num_prompts,
+            args.input_len,
+            args.output_len,
+            args.endpoint,
+            args.model,
+            api_key,
+            args.seed,
+            args.num_warmups,
+            args.temperature,
+            args.ignore_eos,
+        )
+    )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(result["model"]).name)
     name = args.name or f"serve-{model}-{args.endpoint}-{time.strftime('%Y%m%d-%H%M%S')}"
     for r in result["runs"]:

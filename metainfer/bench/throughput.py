@@ -4,12 +4,25 @@
 
 # %% ../../nbs/bench/18e_throughput.ipynb #c001
 from __future__ import annotations
-import argparse, random, time
+import argparse
+import random
+import time
 from pathlib import Path
-from .common import (add_offline_arguments, free_memory, gemm_flops, host_probe,
-                                    measure_card, plot_bars, print_summary, random_prompts,
-                                    result_name, run_record, start_engine, throughput_bound,
-                                    write_json)
+from metainfer.bench.common import (
+    add_offline_arguments,
+    free_memory,
+    gemm_flops,
+    host_probe,
+    measure_card,
+    plot_bars,
+    print_summary,
+    random_prompts,
+    result_name,
+    run_record,
+    start_engine,
+    throughput_bound,
+    write_json,
+)
 
 # %% auto #0
 __all__ = ['run_throughput', 'profile_throughput', 'add_arguments', 'measure', 'main']
@@ -17,7 +30,8 @@ __all__ = ['run_throughput', 'profile_throughput', 'add_arguments', 'measure', '
 # %% ../../nbs/bench/18e_throughput.ipynb #c004
 def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed: int = 0) -> dict:
     "The offline workload: output tokens/s end to end."
-    from metainfer.sequence import SamplingParams
+    from metainfer.engine.sequence import SamplingParams
+
     vocab = llm.engine.model_config.vocab_size
     prompts = random_prompts(num_seqs, lo, hi, vocab, seed)
     rng = random.Random(seed + 1)
@@ -32,18 +46,26 @@ def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed
     n_out, n_in = sum(len(o.outputs[0].token_ids) for o in outs), sum(map(len, prompts))
     assert n_out == sum(out_lens), "every sequence must produce exactly its output length"
     outside = elapsed - steps["prefill_s"] - steps["decode_s"]  # no step in flight
-    return {"num_seqs": num_seqs, "input_tokens": n_in, "output_tokens": n_out,
-            "elapsed_s": elapsed,
-            "output_tokens_per_s": n_out / elapsed, "total_tokens_per_s": (n_out + n_in) / elapsed,
-            "preemptions": llm.engine.scheduler.num_preemptions, "steps": steps,
-            "host_s_outside_model": outside,
-            "input_lens": list(map(len, prompts)), "output_lens": out_lens}
+    return {
+        "num_seqs": num_seqs,
+        "input_tokens": n_in,
+        "output_tokens": n_out,
+        "elapsed_s": elapsed,
+        "output_tokens_per_s": n_out / elapsed,
+        "total_tokens_per_s": (n_out + n_in) / elapsed,
+        "preemptions": llm.engine.scheduler.num_preemptions,
+        "steps": steps,
+        "host_s_outside_model": outside,
+        "input_lens": list(map(len, prompts)),
+        "output_lens": out_lens,
+    }
 
 # %% ../../nbs/bench/18e_throughput.ipynb #c009
 def profile_throughput(llm, args: argparse.Namespace, output_lens: list[int]) -> dict:
     "GPU kernels of two prefill steps, then of 16 steps once every sequence decodes."
-    from metainfer.sequence import SamplingParams
+    from metainfer.engine.sequence import SamplingParams
     from metainfer.bench.profile import profile_steps
+
     engine, res = llm.engine, {}
     vocab = engine.model_config.vocab_size
     prompts = random_prompts(args.num_seqs, args.min_len, args.max_len, vocab, 1)
@@ -65,8 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-seqs", type=int, default=256, help="sequences, submitted at once")
     parser.add_argument("--min-len", type=int, default=100, help="shortest prompt and output")
     parser.add_argument("--max-len", type=int, default=1024, help="longest prompt and output")
-    parser.add_argument("--profile", action="store_true",
-                        help="GPU kernel time by category, idle split (CUDA profiler)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPU kernel time by category, idle split (CUDA profiler)",
+    )
+
 
 def measure(args: argparse.Namespace) -> dict:
     "The workload, its profile and its bound; shuts the engine down."
@@ -83,12 +109,20 @@ def measure(args: argparse.Namespace) -> dict:
         flops = gemm_flops(runner.device)
         res["hardware"]["gemm_flops"] = flops
         params = card.params_per_token(runner.dtype.itemsize)
-        res["roofline"] = throughput_bound(m["input_lens"], m["output_lens"], params,
-                                           card.weights_at, card.kv_per_token, card.bandwidth,
-                                           flops, args.max_num_seqs)
+        res["roofline"] = throughput_bound(
+            m["input_lens"],
+            m["output_lens"],
+            params,
+            card.weights_at,
+            card.kv_per_token,
+            card.bandwidth,
+            flops,
+            args.max_num_seqs,
+        )
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement
     llm.shutdown()
     return res
+
 
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench throughput`: measure; write JSON and a bar chart."

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #28ab9665
 from __future__ import annotations
-import json, uuid
+import json
+import uuid
 
 # %% auto #0
 __all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'partial_tag', 'opens_reasoning', 'parse_tool_call', 'ChatOutputParser',
@@ -13,12 +14,17 @@ __all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'partial_tag', 'opens_reas
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #5dc40e8a
 THINK = ("<think>", "</think>")
 TOOL_CALL = ("<tool_call>", "</tool_call>")
-REASONING_PARSERS = ("qwen3", "deepseek_r1")  # both think between <think> and </think>; R1's output starts inside
+REASONING_PARSERS = (
+    "qwen3",
+    "deepseek_r1",
+)  # both think between <think> and </think>; R1's output starts inside
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #35b1a476
 def partial_tag(text: str, tag: str) -> int:
     "The length of the longest end of `text` that could be the start of `tag` (text to hold back until more comes)."
-    return next((k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0)
+    return next(
+        (k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0
+    )
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #56a32e9a
 def opens_reasoning(prompt_tail: str) -> bool:
@@ -27,32 +33,53 @@ def opens_reasoning(prompt_tail: str) -> bool:
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #121b5b08
 def parse_tool_call(body: str) -> dict | None:
-    "The OpenAI tool call that a `<tool_call>` body `{\"name\": ..., \"arguments\": {...}}` stands for; None if it is no call."
-    try: call = json.loads(body)
-    except ValueError: return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str): return None
-    args = call.get("arguments", call.get("parameters", {}))   # (some models write "parameters")
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": call["name"], "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
+    'The OpenAI tool call that a `<tool_call>` body `{"name": ..., "arguments": {...}}` stands for; None if it is no call.'
+    try:
+        call = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    args = call.get("arguments", call.get("parameters", {}))  # (some models write "parameters")
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {
+            "name": call["name"],
+            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+        },
+    }
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #6fc516db
 class ChatOutputParser:
     """Splits an assistant's text, fed piece by piece as it streams, into `reasoning_content` (between `<think>` and
     `</think>`), `content`, and `tool_calls` (`<tool_call>{json}</tool_call>` blocks, the Hermes format Qwen uses).
     Text that could still turn out to be a tag is held back until the next piece, or the last."""
-    def __init__(self, reasoning: bool = False,     # split off the reasoning
-                 tools: bool = False,               # parse tool calls
-                 in_reasoning: bool = False):       # the prompt opened `<think>` (see `opens_reasoning`)
-        self.tools, self.num_calls, self.buf, self.space = tools, 0, "", ""  # space: held before a <tool_call>
+
+    def __init__(
+        self,
+        reasoning: bool = False,  # split off the reasoning
+        tools: bool = False,  # parse tool calls
+        in_reasoning: bool = False,
+    ):  # the prompt opened `<think>` (see `opens_reasoning`)
+        self.tools, self.num_calls, self.buf, self.space = (
+            tools,
+            0,
+            "",
+            "",
+        )  # space: held before a <tool_call>
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
-        self.after_think = False   # newlines right after </think> are dropped
-        self.after_call = False    # nothing but whitespace since the last tool call (which is then dropped)
+        self.after_think = False  # newlines right after </think> are dropped
+        self.after_call = (
+            False  # nothing but whitespace since the last tool call (which is then dropped)
+        )
 
     def feed(self, text: str, final: bool = False) -> dict:
         "The next piece of output (`final`: the last) -> what it completes: `reasoning_content`, `content`, `tool_calls`."
         self.buf += text
         out = {"reasoning_content": "", "content": "", "tool_calls": []}
-        while getattr(self, f"_{self.mode}")(out, final): pass
+        while getattr(self, f"_{self.mode}")(out, final):
+            pass
         return out
 
     def _take(self, n: int) -> str:
@@ -60,13 +87,19 @@ class ChatOutputParser:
         return s
 
     def _say(self, out: dict, text: str) -> None:
-        if text: out["content"], self.after_call = out["content"] + text, False
+        if text:
+            out["content"], self.after_call = out["content"] + text, False
 
-    def _start(self, out, final) -> bool:      # does the output open with <think>? (also where the prompt opened one)
+    def _start(
+        self, out, final
+    ) -> bool:  # does the output open with <think>? (also where the prompt opened one)
         head = self.buf.lstrip()
-        if head.startswith(THINK[0]): self.buf, self.mode = head[len(THINK[0]):], "reasoning"
-        elif THINK[0].startswith(head) and not final: return False
-        else: self.mode = "reasoning" if self.in_reasoning else "content"
+        if head.startswith(THINK[0]):
+            self.buf, self.mode = head[len(THINK[0]) :], "reasoning"
+        elif THINK[0].startswith(head) and not final:
+            return False
+        else:
+            self.mode = "reasoning" if self.in_reasoning else "content"
         return True
 
     def _reasoning(self, out, final) -> bool:
@@ -75,40 +108,52 @@ class ChatOutputParser:
             self._take(len(THINK[1]))
             self.mode, self.after_think = "content", True
             return True
-        out["reasoning_content"] += self._take(len(self.buf) - (0 if final else partial_tag(self.buf, THINK[1])))
+        out["reasoning_content"] += self._take(
+            len(self.buf) - (0 if final else partial_tag(self.buf, THINK[1]))
+        )
         return False
 
     def _content(self, out, final) -> bool:
         if self.after_think:
             self.buf = self.buf.lstrip("\n")
-            if not self.buf: return False
+            if not self.buf:
+                return False
             self.after_think = False
         if self.tools and (start := self.buf.find(TOOL_CALL[0])) >= 0:
             before = self._take(start)
             self._say(out, before.rstrip())
-            self.space = before[len(before.rstrip()):]     # dropped if a call follows, kept if not
+            self.space = before[len(before.rstrip()) :]  # dropped if a call follows, kept if not
             self._take(len(TOOL_CALL[0]))
             self.mode = "tool"
             return True
-        if not self.tools: keep = 0
-        elif final: keep = len(self.buf) if self.after_call and not self.buf.strip() else 0  # whitespace after the calls
-        else:   # a tag may be starting; whitespace before it may come before a call
+        if not self.tools:
+            keep = 0
+        elif final:
+            keep = (
+                len(self.buf) if self.after_call and not self.buf.strip() else 0
+            )  # whitespace after the calls
+        else:  # a tag may be starting; whitespace before it may come before a call
             tag = partial_tag(self.buf, TOOL_CALL[0])
-            rest = self.buf[:len(self.buf) - tag]
+            rest = self.buf[: len(self.buf) - tag]
             keep = tag + len(rest) - len(rest.rstrip())
         self._say(out, self._take(len(self.buf) - keep))
-        if final: self.buf = ""
+        if final:
+            self.buf = ""
         return False
 
     def _tool(self, out, final) -> bool:
         end = self.buf.find(TOOL_CALL[1])
-        if end < 0 and not final: return False
+        if end < 0 and not final:
+            return False
         body = self._take(end if end >= 0 else len(self.buf))
         closed = self._take(len(TOOL_CALL[1])) if end >= 0 else ""
         if (call := parse_tool_call(body)) is not None:
             out["tool_calls"].append({"index": self.num_calls} | call)
             self.num_calls, self.after_call = self.num_calls + 1, True
-        else: self._say(out, self.space + TOOL_CALL[0] + body + closed)   # not a call after all: nothing is lost
+        else:
+            self._say(
+                out, self.space + TOOL_CALL[0] + body + closed
+            )  # not a call after all: nothing is lost
         self.space = ""
         self.mode = "content"
         return True

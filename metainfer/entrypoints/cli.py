@@ -4,9 +4,10 @@
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #11631a06
 from __future__ import annotations
-import argparse, sys, time
-from dataclasses import fields
-from ..config import EngineConfig, add_engine_args, engine_config
+import argparse
+import sys
+import time
+from ..config import add_engine_args, engine_config
 from .openai.cli_args import add_serve_args
 from ..bench import add_bench_parsers
 
@@ -17,33 +18,49 @@ __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parse
 def generate_main(args) -> None:
     "Complete the prompts offline; print each completion and the speed (`metainfer generate`)."
     from dataclasses import asdict
-    from metainfer.engine import LLM
-    from metainfer.sequence import SamplingParams
+    from metainfer.engine.llm_engine import LLM
+    from metainfer.engine.sequence import SamplingParams
     from metainfer.testing import default_model_dir
+
     model = args.model or default_model_dir()
     if not args.model:
-        print(f"model: embedded default {model} "
-              "(tiny Qwen3 shape, RANDOM weights: expect gibberish)")
+        print(
+            f"model: embedded default {model} (tiny Qwen3 shape, RANDOM weights: expect gibberish)"
+        )
     llm = LLM(**asdict(engine_config(args, str(model))))
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            max_tokens=args.max_tokens, seed=args.sampling_seed,
-                            ignore_eos=args.ignore_eos)
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_tokens=args.max_tokens,
+        seed=args.sampling_seed,
+        ignore_eos=args.ignore_eos,
+    )
     start = time.perf_counter()
     outs = llm.generate(args.prompt, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
     n = sum(len(o.outputs[0].token_ids) for o in outs)
     for o in outs:
         c = o.outputs[0]
-        print(f"\n--- prompt: {o.prompt!r}\n{c.text!r}  "
-              f"[{len(c.token_ids)} tokens, {c.finish_reason}]")
-    print(f"\n{n} tokens in {elapsed:.2f} s: {n / elapsed:.1f} tokens/s "
-          f"({len(outs)} prompts, {llm.engine.runner.device}, {llm.engine.runner.dtype})")
+        print(
+            f"\n--- prompt: {o.prompt!r}\n{c.text!r}  "
+            f"[{len(c.token_ids)} tokens, {c.finish_reason}]"
+        )
+    print(
+        f"\n{n} tokens in {elapsed:.2f} s: {n / elapsed:.1f} tokens/s "
+        f"({len(outs)} prompts, {llm.engine.runner.device}, {llm.engine.runner.dtype})"
+    )
+
 
 def add_generate_parser(sub) -> None:
-    g = sub.add_parser("generate", help="complete prompts offline and print text and tokens/s",
-                       conflict_handler="resolve")
-    g.add_argument("model", nargs="?",
-                   help="checkpoint folder (default: the embedded tiny random model)")
+    g = sub.add_parser(
+        "generate",
+        help="complete prompts offline and print text and tokens/s",
+        conflict_handler="resolve",
+    )
+    g.add_argument(
+        "model", nargs="?", help="checkpoint folder (default: the embedded tiny random model)"
+    )
     g.add_argument("--prompt", action="append", help="a prompt (repeat for a batch)")
     g.add_argument("--max-tokens", type=int, default=64)
     g.add_argument("--temperature", type=float, default=0.0)
@@ -57,17 +74,22 @@ def add_generate_parser(sub) -> None:
 # %% ../../nbs/entrypoints/15_cli.ipynb #bce1b908
 def serve_cmd(args) -> None:
     from metainfer.entrypoints.openai.api_server import serve_main
+
     serve_main(args)
 
+
 def add_serve_parser(sub) -> None:
-    s = sub.add_parser("serve",
-                       help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
+    s = sub.add_parser(
+        "serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)"
+    )
     add_serve_args(s)
     s.set_defaults(func=serve_cmd)
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #1a1a7000
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="metainfer", description="metainfer: a small, readable, fast LLM inference engine")
+    p = argparse.ArgumentParser(
+        prog="metainfer", description="metainfer: a small, readable, fast LLM inference engine"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     add_generate_parser(sub)
     add_serve_parser(sub)
@@ -75,12 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parsers(bench.add_subparsers(dest="mode", required=True))
     return p
 
+
 def main(argv: list[str] | None = None) -> None:
     "Entry point of the `metainfer` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    args.argv = argv   # benchmarks record the exact command
-    from metainfer.distributed import install_stack_dumps
+    args.argv = argv  # benchmarks record the exact command
+    from metainfer.distributed.parallel import install_stack_dumps
+
     install_stack_dumps()
     if args.command == "generate" and not args.prompt:
         args.prompt = ["The path of a token through an inference engine", "Hello, my name is"]

@@ -4,13 +4,17 @@
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #1c911ce4
 from __future__ import annotations
-import logging, os, socket, threading, time
+import logging
+import os
+import socket
+import threading
+import time
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...config import engine_config
-from ...engine import LLMEngine
+from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ..chat_parsing import REASONING_PARSERS
 from .protocol import OpenAIError
@@ -31,29 +35,50 @@ def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
     msg = f"{request.method} {request.url.path}: {e.detail}"
     return OpenAIError(msg, e.status_code, code, type="invalid_request_error").response()
 
+
 def internal_error(request: Request, e: Exception) -> JSONResponse:
-    logging.getLogger("metainfer").error("unhandled error on %s %s", request.method, request.url.path, exc_info=e)
-    return OpenAIError(f"internal server error: {type(e).__name__}", 500, "internal_error", type="server_error").response()
+    logging.getLogger("metainfer").error(
+        "unhandled error on %s %s", request.method, request.url.path, exc_info=e
+    )
+    return OpenAIError(
+        f"internal server error: {type(e).__name__}", 500, "internal_error", type="server_error"
+    ).response()
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #97eec1be
-def build_app(engine: AsyncLLMEngine,                   # the engine thread to serve
-              served_model_names: list[str] | None = None, # names clients may ask for (default: the model path)
-              api_key: str | None = None,                  # if set, /v1 routes need `Authorization: Bearer <key>`
-              max_body_bytes: int = 16 * 2**20,            # larger request bodies get a 413
-              reasoning_parser: str | None = None,         # "qwen3" or "deepseek_r1": chats split off `reasoning_content`
-             ) -> FastAPI:
+def build_app(
+    engine: AsyncLLMEngine,  # the engine thread to serve
+    served_model_names: list[str]
+    | None = None,  # names clients may ask for (default: the model path)
+    api_key: str | None = None,  # if set, /v1 routes need `Authorization: Bearer <key>`
+    max_body_bytes: int = 16 * 2**20,  # larger request bodies get a 413
+    reasoning_parser: str
+    | None = None,  # "qwen3" or "deepseek_r1": chats split off `reasoning_content`
+) -> FastAPI:
     "The FastAPI app serving `engine` under OpenAI's routes."
     import copy
+
     if reasoning_parser not in (None, *REASONING_PARSERS):
-        raise ValueError(f"unknown reasoning parser {reasoning_parser!r}; choose from {REASONING_PARSERS}")
+        raise ValueError(
+            f"unknown reasoning parser {reasoning_parser!r}; choose from {REASONING_PARSERS}"
+        )
     app = FastAPI(title="metainfer", version="1", docs_url=None, redoc_url=None)
-    app.state.metainfer = ServerState(engine, copy.deepcopy(engine.tokenizer), list(served_model_names or [engine.engine.config.model]),
-                                      api_key, max_body_bytes, reasoning_parser)
+    app.state.metainfer = ServerState(
+        engine,
+        copy.deepcopy(engine.tokenizer),
+        list(served_model_names or [engine.engine.config.model]),
+        api_key,
+        max_body_bytes,
+        reasoning_parser,
+    )
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
     app.add_api_route("/version", version, methods=["GET"])
-    app.add_api_route("/tokenize", tokenize, methods=["POST"], dependencies=[Depends(check_api_key)])
-    app.add_api_route("/detokenize", detokenize, methods=["POST"], dependencies=[Depends(check_api_key)])
+    app.add_api_route(
+        "/tokenize", tokenize, methods=["POST"], dependencies=[Depends(check_api_key)]
+    )
+    app.add_api_route(
+        "/detokenize", detokenize, methods=["POST"], dependencies=[Depends(check_api_key)]
+    )
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
     v1.add_api_route("/models", models, methods=["GET"])
     v1.add_api_route("/completions", completions, methods=["POST"])
@@ -62,33 +87,48 @@ def build_app(engine: AsyncLLMEngine,                   # the engine thread to s
     app.include_router(v1)
     app.add_exception_handler(OpenAIError, lambda request, e: e.response())
     app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(RequestValidationError, lambda request, e: OpenAIError(str(e.errors()[:1])).response())
+    app.add_exception_handler(
+        RequestValidationError, lambda request, e: OpenAIError(str(e.errors()[:1])).response()
+    )
     app.add_exception_handler(Exception, internal_error)
     return app
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #c057
 def bind_socket(host: str, port: int) -> socket.socket:
     "A listening TCP socket on `host:port` (`port=0`: a free port chosen by the OS)."
-    return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048)
+    return socket.create_server(
+        (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048
+    )
+
 
 class ServerThread:
     "Run an ASGI app with uvicorn in a background thread: `with ServerThread(app) as s: ... s.url ...`."
-    def __init__(self, app,                      # an ASGI app, e.g. from `build_app`
-                 host: str = "127.0.0.1",        # loopback by default
-                 port: int = 0,                  # 0: a free port chosen by the OS (`self.port`, `self.url`)
-                 log_level: str = "warning"):
+
+    def __init__(
+        self,
+        app,  # an ASGI app, e.g. from `build_app`
+        host: str = "127.0.0.1",  # loopback by default
+        port: int = 0,  # 0: a free port chosen by the OS (`self.port`, `self.url`)
+        log_level: str = "warning",
+    ):
         import uvicorn
+
         self.sock = bind_socket(host, port)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=2))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=2)
+        )
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline: raise RuntimeError("the server did not start")
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
             time.sleep(0.01)
         return self
 
@@ -101,20 +141,31 @@ class ServerThread:
 def serve_main(args) -> None:
     "Run the OpenAI-compatible server in the foreground (the `metainfer serve` subcommand)."
     import uvicorn
+
     model = str(args.model or default_model_dir())
     engine = AsyncLLMEngine(LLMEngine(engine_config(args, model)))
-    api_key = args.api_key or os.environ.get("METAINFER_API_KEY") or os.environ.get("VLLM_API_KEY") or None
-    app = build_app(engine, args.served_model_name or [model], api_key, reasoning_parser=args.reasoning_parser)
+    api_key = (
+        args.api_key
+        or os.environ.get("METAINFER_API_KEY")
+        or os.environ.get("VLLM_API_KEY")
+        or None
+    )
+    app = build_app(
+        engine, args.served_model_name or [model], api_key, reasoning_parser=args.reasoning_parser
+    )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"metainfer: serving {model} as {app.state.metainfer.model_names} on "
-          f"http://{host}:{sock.getsockname()[1]} (max_model_len {engine.max_model_len}, "
-          f"{engine.engine.runner.num_kv_blocks} KV blocks{', API key required' if api_key else ''})", flush=True)
+    print(
+        f"metainfer: serving {model} as {app.state.metainfer.model_names} on "
+        f"http://{host}:{sock.getsockname()[1]} (max_model_len {engine.max_model_len}, "
+        f"{engine.engine.runner.num_kv_blocks} KV blocks{', API key required' if api_key else ''})",
+        flush=True,
+    )
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:
-        pass   # uvicorn shut down gracefully, then re-raised the Ctrl-C
+        pass  # uvicorn shut down gracefully, then re-raised the Ctrl-C
     finally:
         engine.shutdown()
     print("metainfer: server stopped", flush=True)

@@ -14,19 +14,34 @@ __all__ = ['add_serve_args']
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c3b720dc
 def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     "The flags of `metainfer serve`: the model, the server's own flags, then `add_engine_args`."
-    p.add_argument("model", nargs="?",
-                   help="checkpoint folder (default: the embedded tiny random model)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=8000,
-                   help="0: a free port chosen by the OS (printed)")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' "
-                   "(default: $METAINFER_API_KEY or $VLLM_API_KEY)")
-    p.add_argument("--served-model-name", nargs="+", default=None,
-                   help="model name(s) clients use (default: the model path)")
-    p.add_argument("--reasoning-parser", default=None, choices=REASONING_PARSERS,
-                   help="chats return the text between <think> and </think> as reasoning_content "
-                        "(Qwen3, DeepSeek-R1)")
-    p.add_argument("--log-level", default="info",
-                   choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "model", nargs="?", help="checkpoint folder (default: the embedded tiny random model)"
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
+    p.add_argument(
+        "--port", type=int, default=8000, help="0: a free port chosen by the OS (printed)"
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' (default: $METAINFER_API_KEY or $VLLM_API_KEY)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        help="model name(s) clients use (default: the model path)",
+    )
+    p.add_argument(
+        "--reasoning-parser",
+        default=None,
+        choices=REASONING_PARSERS,
+        help="chats return the text between <think> and </think> as reasoning_content "
+        "(Qwen3, DeepSeek-R1)",
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
     return add_engine_args(p)

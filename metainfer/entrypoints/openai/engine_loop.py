@@ -4,13 +4,16 @@
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #4231c606
 from __future__ import annotations
-import asyncio, logging, queue, threading
+import asyncio
+import logging
+import queue
+import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
-from ...engine import LLMEngine, RequestOutput
-from ...sequence import SamplingParams
+from ...engine.llm_engine import LLMEngine, RequestOutput
+from ...engine.sequence import SamplingParams
 
 # %% auto #0
 __all__ = ['ACCEPTED', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine']
@@ -19,19 +22,24 @@ __all__ = ['ACCEPTED', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStr
 @dataclass(frozen=True)
 class EngineStats:
     "What the engine thread last published: queues, KV blocks and counters."
+
     num_running: int = 0
     num_waiting: int = 0
-    num_requests: int = 0              # requests the engine holds (running or waiting)
+    num_requests: int = 0  # requests the engine holds (running or waiting)
     num_free_kv_blocks: int = 0
     num_kv_blocks: int = 0
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
-    finished_total: dict = field(default_factory=dict)  # finish reason -> count ("abort" counts disconnects)
+    finished_total: dict = field(
+        default_factory=dict
+    )  # finish reason -> count ("abort" counts disconnects)
     num_steps: int = 0
     num_preemptions: int = 0
 
     @property
-    def kv_cache_usage(self) -> float: return 1 - self.num_free_kv_blocks / max(self.num_kv_blocks, 1)
+    def kv_cache_usage(self) -> float:
+        return 1 - self.num_free_kv_blocks / max(self.num_kv_blocks, 1)
+
 
 @dataclass
 class Add:
@@ -40,9 +48,11 @@ class Add:
     params: SamplingParams
     stream: RequestStream
 
+
 @dataclass
 class Abort:
     request_id: str
+
 
 class EngineError(RuntimeError):
     "The engine failed while running this request (the request is aborted, the server keeps serving)."
@@ -50,19 +60,25 @@ class EngineError(RuntimeError):
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c021
 ACCEPTED = object()
 
+
 class RequestStream:
     "The outputs of one request, read on the event loop that added it."
+
     def __init__(self, request_id: str, engine: AsyncLLMEngine):
         self.request_id, self.engine = request_id, engine
         self.loop, self.queue = asyncio.get_running_loop(), asyncio.Queue()
         self.finished = False
 
-    def __aiter__(self): return self
+    def __aiter__(self):
+        return self
 
     async def __anext__(self) -> RequestOutput:
-        if self.finished: raise StopAsyncIteration
+        if self.finished:
+            raise StopAsyncIteration
         item = await self.queue.get()
-        if isinstance(item, BaseException): self.finished = True; raise item
+        if isinstance(item, BaseException):
+            self.finished = True
+            raise item
         self.finished = item.finished
         return item
 
@@ -75,10 +91,11 @@ class RequestStream:
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c023
 class AsyncLLMEngine:
     "Runs an `LLMEngine` in its own thread; coroutines add and abort requests and read their outputs as streams."
+
     def __init__(self, engine: LLMEngine):
         self.engine = engine
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
-        self.streams: dict[str, RequestStream] = {}   # touched by the engine thread only
+        self.streams: dict[str, RequestStream] = {}  # touched by the engine thread only
         self.counters = Counter()
         self.dead = False
         self._publish()
@@ -86,14 +103,20 @@ class AsyncLLMEngine:
         self.thread.start()
 
     @classmethod
-    def from_engine_args(cls, model: str, **kwargs) -> AsyncLLMEngine: return cls(LLMEngine.from_engine_args(model, **kwargs))
+    def from_engine_args(cls, model: str, **kwargs) -> AsyncLLMEngine:
+        return cls(LLMEngine.from_engine_args(model, **kwargs))
 
     @property
-    def tokenizer(self): return self.engine.tokenizer
+    def tokenizer(self):
+        return self.engine.tokenizer
+
     @property
-    def max_model_len(self) -> int: return self.engine.max_model_len
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
     @property
-    def is_alive(self) -> bool: return self.thread.is_alive() and not self.dead
+    def is_alive(self) -> bool:
+        return self.thread.is_alive() and not self.dead
 
     def shutdown(self) -> None:
         "Stop the engine thread (requests in flight get an `EngineError`)."
@@ -102,18 +125,25 @@ class AsyncLLMEngine:
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c024
 @patch
-async def add_request(self: AsyncLLMEngine,
-                      request_id: str,        # unique among the requests in flight
-                      prompt: list[int],      # prompt token ids
-                      params: SamplingParams,
-                     ) -> RequestStream:
+async def add_request(
+    self: AsyncLLMEngine,
+    request_id: str,  # unique among the requests in flight
+    prompt: list[int],  # prompt token ids
+    params: SamplingParams,
+) -> RequestStream:
     "Queue a request; returns its stream once the engine has accepted it (a `ValueError` says why it didn't)."
     stream = RequestStream(request_id, self)
     self.commands.put(Add(request_id, prompt, params, stream))
-    if self.dead: raise EngineError("the engine has stopped")
-    try: first = await stream.queue.get()
-    except asyncio.CancelledError: stream.abort(); raise
-    if first is not ACCEPTED: stream.finished = True; raise first
+    if self.dead:
+        raise EngineError("the engine has stopped")
+    try:
+        first = await stream.queue.get()
+    except asyncio.CancelledError:
+        stream.abort()
+        raise
+    if first is not ACCEPTED:
+        stream.finished = True
+        raise first
     return stream
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c026
@@ -123,45 +153,72 @@ def _run(self: AsyncLLMEngine) -> None:
         while True:
             cmds = [self.commands.get()] if not self.engine.has_unfinished_requests() else []
             cmds += _drain(self.commands)
-            if any(c is None for c in cmds): return
-            for c in cmds: self._apply(c)
-            if self.engine.has_unfinished_requests(): self._step()
-            else: self._publish()
-    except BaseException as e:
+            if any(c is None for c in cmds):
+                return
+            for c in cmds:
+                self._apply(c)
+            if self.engine.has_unfinished_requests():
+                self._step()
+            else:
+                self._publish()
+    except BaseException:
         logging.getLogger("metainfer").exception("the engine thread died")
     finally:
         self.dead = True
         items = [(s, EngineError("the engine has stopped")) for s in self.streams.values()]
-        items += [(c.stream, EngineError("the engine has stopped")) for c in _drain(self.commands) if isinstance(c, Add)]
+        items += [
+            (c.stream, EngineError("the engine has stopped"))
+            for c in _drain(self.commands)
+            if isinstance(c, Add)
+        ]
         _deliver(items)
+
 
 def _drain(q: queue.SimpleQueue) -> list:
     out = []
     while True:
-        try: out.append(q.get_nowait())
-        except queue.Empty: return out
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c027
 @patch
 def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
     if isinstance(cmd, Abort):
-        if self.streams.pop(cmd.request_id, None) is not None: self.counters["abort"] += 1
+        if self.streams.pop(cmd.request_id, None) is not None:
+            self.counters["abort"] += 1
         self.engine.abort_request(cmd.request_id)
         return
-    try: self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params)
+    try:
+        self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params)
     except Exception as e:
-        _deliver([(cmd.stream, e if isinstance(e, ValueError) else EngineError(f"could not add the request: {e}"))])
+        _deliver(
+            [
+                (
+                    cmd.stream,
+                    e
+                    if isinstance(e, ValueError)
+                    else EngineError(f"could not add the request: {e}"),
+                )
+            ]
+        )
         return
     self.streams[cmd.request_id] = cmd.stream
     self.counters["prompt_tokens"] += len(cmd.prompt)
     _deliver([(cmd.stream, ACCEPTED)])
 
+
 @patch
 def _step(self: AsyncLLMEngine) -> None:
-    try: outs = self.engine.step()
+    try:
+        outs = self.engine.step()
     except Exception as e:
-        logging.getLogger("metainfer").exception("engine step failed; aborting the requests in flight")
-        for rid in list(self.engine.requests): self.engine.abort_request(rid)
+        logging.getLogger("metainfer").exception(
+            "engine step failed; aborting the requests in flight"
+        )
+        for rid in list(self.engine.requests):
+            self.engine.abort_request(rid)
         self.counters["error"] += len(self.streams)
         failed, self.streams = self.streams, {}
         self._publish()
@@ -170,9 +227,11 @@ def _step(self: AsyncLLMEngine) -> None:
     self.counters["generation_tokens"] += len(outs)
     self.counters["steps"] += 1
     done = [o for o in outs if o.finished]
-    for o in done: self.counters[o.outputs[0].finish_reason] += 1
+    for o in done:
+        self.counters[o.outputs[0].finish_reason] += 1
     items = [(self.streams[o.request_id], o) for o in outs if o.request_id in self.streams]
-    for o in done: self.streams.pop(o.request_id, None)
+    for o in done:
+        self.streams.pop(o.request_id, None)
     self._publish()
     _deliver(items)
 
@@ -180,18 +239,32 @@ def _step(self: AsyncLLMEngine) -> None:
 @patch
 def _publish(self: AsyncLLMEngine) -> None:
     e, c = self.engine, self.counters
-    self.stats = EngineStats(len(e.scheduler.running), len(e.scheduler.waiting), len(e.requests),
-                             e.block_manager.num_free_blocks, e.runner.num_kv_blocks, c["prompt_tokens"],
-                             c["generation_tokens"], {k: c[k] for k in ("stop", "length", "abort", "error")}, c["steps"],
-                             e.scheduler.num_preemptions)
+    self.stats = EngineStats(
+        len(e.scheduler.running),
+        len(e.scheduler.waiting),
+        len(e.requests),
+        e.block_manager.num_free_blocks,
+        e.runner.num_kv_blocks,
+        c["prompt_tokens"],
+        c["generation_tokens"],
+        {k: c[k] for k in ("stop", "length", "abort", "error")},
+        c["steps"],
+        e.scheduler.num_preemptions,
+    )
+
 
 def _deliver(items: list[tuple[RequestStream, Any]]) -> None:
     "Hand items to their streams: one `call_soon_threadsafe` per event loop."
     by_loop = defaultdict(list)
-    for s, x in items: by_loop[s.loop].append((s, x))
+    for s, x in items:
+        by_loop[s.loop].append((s, x))
     for loop, batch in by_loop.items():
-        try: loop.call_soon_threadsafe(_put_all, batch)
-        except RuntimeError: pass   # that loop is closed: nobody is listening any more
+        try:
+            loop.call_soon_threadsafe(_put_all, batch)
+        except RuntimeError:
+            pass  # that loop is closed: nobody is listening any more
+
 
 def _put_all(batch):
-    for s, x in batch: s.queue.put_nowait(x)
+    for s, x in batch:
+        s.queue.put_nowait(x)

@@ -4,11 +4,12 @@
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c6cb3990
 from __future__ import annotations
-import json, time
+import json
+import time
 from itertools import accumulate
 from typing import AsyncIterator
-from ...engine import RequestOutput, Logprob
-from ...sequence import SamplingParams
+from ...engine.llm_engine import RequestOutput, Logprob
+from ...engine.sequence import SamplingParams
 from .engine_loop import RequestStream
 from .prompts import prompt_list
 from .protocol import SamplingRequest, ChatCompletionRequest
@@ -18,7 +19,9 @@ __all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_c
            'chat_logprobs', 'choice_logprobs', 'echo_texts', 'chat_message', 'chat_finish_reason']
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c034
-async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIterator[tuple[str, int, RequestOutput]]:
+async def text_deltas(
+    stream: RequestStream, params: SamplingParams
+) -> AsyncIterator[tuple[str, int, RequestOutput]]:
     """Each step's new text, never text that a stop string could still remove; the index of its first new token (the
     new token ids and logprobs are the output's from there on); and the output."""
     hold = max(map(len, params.stop), default=1) - 1
@@ -32,72 +35,146 @@ async def text_deltas(stream: RequestStream, params: SamplingParams) -> AsyncIte
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c037
 def usage(outs: list[RequestOutput], n: int = 1) -> dict:
     "The token counts of a response's choices (in order): each prompt once (its `n` choices share it), every completion."
-    p, c = sum(len(o.prompt_token_ids) for o in outs[::n]), sum(len(o.outputs[0].token_ids) for o in outs)
+    p, c = (
+        sum(len(o.prompt_token_ids) for o in outs[::n]),
+        sum(len(o.outputs[0].token_ids) for o in outs),
+    )
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
 
 def response_head(rid: str, model: str, obj: str) -> dict:
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model}
 
-def completion_choice(text: str, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None,
-                      index: int = 0, stop_reason: str | int | None = None) -> dict:
-    return ({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason, "stop_reason": stop_reason}
-            | ({"token_ids": token_ids} if token_ids is not None else {}))
 
-def chat_choice(key: str, message: dict, finish_reason: str | None, token_ids: list[int] | None, logprobs: dict | None = None,
-                index: int = 0, stop_reason: str | int | None = None) -> dict:
+def completion_choice(
+    text: str,
+    finish_reason: str | None,
+    token_ids: list[int] | None,
+    logprobs: dict | None = None,
+    index: int = 0,
+    stop_reason: str | int | None = None,
+) -> dict:
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+    } | ({"token_ids": token_ids} if token_ids is not None else {})
+
+
+def chat_choice(
+    key: str,
+    message: dict,
+    finish_reason: str | None,
+    token_ids: list[int] | None,
+    logprobs: dict | None = None,
+    index: int = 0,
+    stop_reason: str | int | None = None,
+) -> dict:
     "(`stop_reason`, vLLM's: the stop string or stop token id that ended the choice)"
-    return ({"index": index, key: message, "logprobs": logprobs, "finish_reason": finish_reason, "stop_reason": stop_reason}
-            | ({"token_ids": token_ids} if token_ids is not None else {}))
+    return {
+        "index": index,
+        key: message,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+    } | ({"token_ids": token_ids} if token_ids is not None else {})
 
-def sse(obj: dict | str) -> str: return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+def sse(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #7313a3d3
 def _token_text(token_id: int, lp: Logprob) -> str:
     return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
 
-def _finite(x: float) -> float: return x if x > -9999.0 else -9999.0  # (NaN too: JSON has none)
 
-def completion_logprobs(ids: list[int], entries: list[dict[int, Logprob] | None], offset: int = 0, tokenizer=None) -> dict:
+def _finite(x: float) -> float:
+    return x if x > -9999.0 else -9999.0  # (NaN too: JSON has none)
+
+
+def completion_logprobs(
+    ids: list[int], entries: list[dict[int, Logprob] | None], offset: int = 0, tokenizer=None
+) -> dict:
     """The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first. An entry `None` (an
     echoed prompt's first token, which nothing predicts) has no logprobs, and its text comes from `tokenizer`."""
+
     def text(t, e):
-        if e is not None: return _token_text(t, e[t])
+        if e is not None:
+            return _token_text(t, e[t])
         return tokenizer.decode([t]) if tokenizer is not None else f"token_id:{t}"
+
     tokens = [text(t, e) for t, e in zip(ids, entries)]
-    return {"tokens": tokens, "token_logprobs": [None if e is None else _finite(e[t].logprob) for t, e in zip(ids, entries)],
-            "top_logprobs": [None if e is None else {_token_text(t, lp): _finite(lp.logprob) for t, lp in e.items()} for e in entries],
-            "text_offset": list(accumulate(map(len, tokens[:-1]), initial=offset)) if tokens else []}
+    return {
+        "tokens": tokens,
+        "token_logprobs": [
+            None if e is None else _finite(e[t].logprob) for t, e in zip(ids, entries)
+        ],
+        "top_logprobs": [
+            None if e is None else {_token_text(t, lp): _finite(lp.logprob) for t, lp in e.items()}
+            for e in entries
+        ],
+        "text_offset": list(accumulate(map(len, tokens[:-1]), initial=offset)) if tokens else [],
+    }
+
 
 def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -> dict:
     "The chat `logprobs` of tokens `ids`, with the `top` likeliest tokens at each."
+
     def item(t: int, lp: Logprob) -> dict:
         text = _token_text(t, lp)
         return {"token": text, "logprob": _finite(lp.logprob), "bytes": list(text.encode())}
-    likeliest = lambda e: sorted(e.items(), key=lambda kv: -kv[1].logprob)[:top]
-    return {"content": [item(t, e[t]) | {"top_logprobs": [item(*kv) for kv in likeliest(e)]} for t, e in zip(ids, entries)]}
 
-def choice_logprobs(req: SamplingRequest, out: RequestOutput, start: int = 0, offset: int = 0, echo: bool = False,
-                    tokenizer=None) -> dict | None:
+    likeliest = lambda e: sorted(e.items(), key=lambda kv: -kv[1].logprob)[:top]
+    return {
+        "content": [
+            item(t, e[t]) | {"top_logprobs": [item(*kv) for kv in likeliest(e)]}
+            for t, e in zip(ids, entries)
+        ]
+    }
+
+
+def choice_logprobs(
+    req: SamplingRequest,
+    out: RequestOutput,
+    start: int = 0,
+    offset: int = 0,
+    echo: bool = False,
+    tokenizer=None,
+) -> dict | None:
     """A choice's `logprobs` for the new tokens of `out` from `start` on (`offset`: their text offset), after the
     prompt's with `echo`; `None` unless asked for."""
     c = out.outputs[0]
-    if c.logprobs is None: return None
+    if c.logprobs is None:
+        return None
     ids, entries = c.token_ids[start:], c.logprobs[start:]
-    if isinstance(req, ChatCompletionRequest): return chat_logprobs(ids, entries, req.top_logprobs or 0)
-    if echo: ids, entries = out.prompt_token_ids + ids, out.prompt_logprobs + entries
+    if isinstance(req, ChatCompletionRequest):
+        return chat_logprobs(ids, entries, req.top_logprobs or 0)
+    if echo:
+        ids, entries = out.prompt_token_ids + ids, out.prompt_logprobs + entries
     return completion_logprobs(ids, entries, offset, tokenizer)
+
 
 def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
     "What an `echo` request's choices start with, per prompt: the prompt as sent, or its token ids decoded."
-    if not getattr(req, "echo", None): return None
-    return [p if isinstance(p, str) else tokenizer.decode(p) if tokenizer is not None else "" for p in prompt_list(req)]
+    if not getattr(req, "echo", None):
+        return None
+    return [
+        p if isinstance(p, str) else tokenizer.decode(p) if tokenizer is not None else ""
+        for p in prompt_list(req)
+    ]
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #9ecf4f1c
 def chat_message(parts: dict, reasoning: bool) -> dict:
     "A chat response's message from what `ChatOutputParser` gave (`reasoning`: the server splits reasoning off)."
     calls = [{k: v for k, v in c.items() if k != "index"} for c in parts["tool_calls"]]
-    return ({"role": "assistant", "content": parts["content"] or (None if calls else "")}
-            | ({"reasoning_content": parts["reasoning_content"] or None} if reasoning else {}) | ({"tool_calls": calls} if calls else {}))
+    return (
+        {"role": "assistant", "content": parts["content"] or (None if calls else "")}
+        | ({"reasoning_content": parts["reasoning_content"] or None} if reasoning else {})
+        | ({"tool_calls": calls} if calls else {})
+    )
 
-def chat_finish_reason(c, reason: str | None) -> str | None:   # c: a `Choice` (16f_serving)
+
+def chat_finish_reason(c, reason: str | None) -> str | None:  # c: a `Choice` (16f_serving)
     return "tool_calls" if reason == "stop" and c.parser.num_calls else reason

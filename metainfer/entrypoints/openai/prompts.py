@@ -6,10 +6,14 @@
 from __future__ import annotations
 import json
 from typing import Any
-from ...engine import chat_token_ids
+from ...engine.llm_engine import chat_token_ids
 from ..chat_parsing import TOOL_CALL
-from .protocol import (OpenAIError, CompletionRequest, ChatMessage,
-                                                   ChatCompletionRequest)
+from metainfer.entrypoints.openai.protocol import (
+    OpenAIError,
+    CompletionRequest,
+    ChatMessage,
+    ChatCompletionRequest,
+)
 
 # %% auto #0
 __all__ = ['prompt_list', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'forced_call', 'chat_prompt']
@@ -20,59 +24,105 @@ def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
     p = req.prompt
     return p if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
 
+
 def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
     "Token ids of each of a completion request's prompts."
     out = []
     for p in prompt_list(req):
         if isinstance(p, str):
-            if tokenizer is None: raise OpenAIError("this model has no tokenizer: send token ids", param="prompt")
+            if tokenizer is None:
+                raise OpenAIError("this model has no tokenizer: send token ids", param="prompt")
             p = tokenizer(p).input_ids
-        if not p: raise OpenAIError("the prompt is empty", param="prompt")
+        if not p:
+            raise OpenAIError("the prompt is empty", param="prompt")
         out.append(p)
     return out
 
+
 def message_text(m: ChatMessage) -> str:
-    if not isinstance(m.content, list): return m.content or ""
+    if not isinstance(m.content, list):
+        return m.content or ""
     if any(part.type != "text" or part.text is None for part in m.content):
         raise OpenAIError("only text content parts are supported", param="messages")
     return "\n".join(part.text for part in m.content)
 
+
 def json_or_text(s: str) -> Any:
     "Tool call arguments as templates take them: the JSON object they hold, or the text if they hold none."
-    try: return x if isinstance(x := json.loads(s), dict) else s
-    except ValueError: return s
+    try:
+        return x if isinstance(x := json.loads(s), dict) else s
+    except ValueError:
+        return s
+
 
 def message_dict(m: ChatMessage) -> dict:
     "A message as chat templates take it (a `developer` message is OpenAI's newer name for a system message)."
-    d = {"role": "system" if m.role == "developer" else m.role, "content": message_text(m)} | ({"name": m.name} if m.name else {})
-    if m.tool_call_id: d["tool_call_id"] = m.tool_call_id
-    if m.reasoning_content is not None: d["reasoning_content"] = m.reasoning_content
-    if m.tool_calls: d["tool_calls"] = [{"id": c.id, "type": c.type, "function": {"name": c.function.name,
-                                         "arguments": json_or_text(c.function.arguments)}} for c in m.tool_calls]
+    d = {"role": "system" if m.role == "developer" else m.role, "content": message_text(m)} | (
+        {"name": m.name} if m.name else {}
+    )
+    if m.tool_call_id:
+        d["tool_call_id"] = m.tool_call_id
+    if m.reasoning_content is not None:
+        d["reasoning_content"] = m.reasoning_content
+    if m.tool_calls:
+        d["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": c.type,
+                "function": {
+                    "name": c.function.name,
+                    "arguments": json_or_text(c.function.arguments),
+                },
+            }
+            for c in m.tool_calls
+        ]
     return d
+
 
 def forced_call(req: ChatCompletionRequest) -> str:
     """How the reply must start for `tool_choice`: `"required"` opens a call, a named function opens that call ("" for
     `"auto"` or `"none"`). The model writes the rest: no constrained decoding, so arguments that don't parse stay text."""
     tc = req.tool_choice
-    if tc in (None, "none", "auto"): return ""
-    if tc == "required": return TOOL_CALL[0] + '\n{"name": "'
+    if tc in (None, "none", "auto"):
+        return ""
+    if tc == "required":
+        return TOOL_CALL[0] + '\n{"name": "'
     name = (tc.get("function") or {}).get("name") if tc.get("type") == "function" else None
     if not isinstance(name, str):
-        raise OpenAIError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}', param="tool_choice")
+        raise OpenAIError(
+            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+            param="tool_choice",
+        )
     if name not in [t.function.name for t in req.tools or []]:
-        raise OpenAIError(f"tool_choice names {name!r}, which is not one of the tools", param="tool_choice")
+        raise OpenAIError(
+            f"tool_choice names {name!r}, which is not one of the tools", param="tool_choice"
+        )
     return TOOL_CALL[0] + '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+
 
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
-    if not req.messages: raise OpenAIError("messages must not be empty", param="messages")
-    if req.tool_choice not in (None, "none") and not req.tools: raise OpenAIError("tool_choice needs tools", param="tool_choice")
+    if not req.messages:
+        raise OpenAIError("messages must not be empty", param="messages")
+    if req.tool_choice not in (None, "none") and not req.tools:
+        raise OpenAIError("tool_choice needs tools", param="tool_choice")
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     msgs, start = [message_dict(m) for m in req.messages], forced_call(req)
     if start and req.continue_final_message:
-        raise OpenAIError("a forced tool_choice can't continue the final message", param="tool_choice")
-    try: ids = chat_token_ids(tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message,
-                              **(req.chat_template_kwargs or {}))
-    except Exception as e: raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
-    return [ids + (tokenizer(start, add_special_tokens=False).input_ids if start else [])]   # (the reply's forced start)
+        raise OpenAIError(
+            "a forced tool_choice can't continue the final message", param="tool_choice"
+        )
+    try:
+        ids = chat_token_ids(
+            tokenizer,
+            msgs,
+            tools,
+            req.add_generation_prompt,
+            req.continue_final_message,
+            **(req.chat_template_kwargs or {}),
+        )
+    except Exception as e:
+        raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
+    return [
+        ids + (tokenizer(start, add_special_tokens=False).input_ids if start else [])
+    ]  # (the reply's forced start)

@@ -16,29 +16,55 @@ __all__ = ['INT64', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequ
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c004
 class OpenAIError(Exception):
-    "A client-visible failure: HTTP `status` and OpenAI's `{\"error\": {...}}` body."
-    def __init__(self, message: str, status: int = 400, code: str = "invalid_value", param: str | None = None,
-                 type: str = "invalid_request_error"):
+    'A client-visible failure: HTTP `status` and OpenAI\'s `{"error": {...}}` body.'
+
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        code: str = "invalid_value",
+        param: str | None = None,
+        type: str = "invalid_request_error",
+    ):
         super().__init__(message)
-        self.message, self.status, self.code, self.param, self.type = message, status, code, param, type
+        self.message, self.status, self.code, self.param, self.type = (
+            message,
+            status,
+            code,
+            param,
+            type,
+        )
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
-    def response(self) -> JSONResponse: return JSONResponse(self.body(), status_code=self.status)
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status)
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c007
 INT64 = 2**63 - 1
 
+
 class OpenAIModel(BaseModel):
     "Strict parsing, no NaN or infinity, unknown fields ignored."
+
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+
 
 class StreamOptions(OpenAIModel):
     include_usage: bool | None = None
 
+
 class SamplingRequest(OpenAIModel):
     "The fields both endpoints share (OpenAI's, plus vLLM's `top_k`, `ignore_eos`, `stop_token_ids`, `return_token_ids`)."
+
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
@@ -48,108 +74,138 @@ class SamplingRequest(OpenAIModel):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool | None = None
-    n: int | None = Field(None, ge=1, le=128)    # completions per prompt
+    n: int | None = Field(None, ge=1, le=128)  # completions per prompt
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias
-    repetition_penalty: float | None = None     # vLLM's
+    repetition_penalty: float | None = None  # vLLM's
     min_tokens: int | None = Field(None, ge=0)  # vLLM's
     include_stop_str_in_output: bool | None = None  # vLLM's
-    skip_special_tokens: bool | None = None         # vLLM's
-    return_token_ids: bool | None = None   # vLLM: add prompt and completion token ids to the response
+    skip_special_tokens: bool | None = None  # vLLM's
+    return_token_ids: bool | None = (
+        None  # vLLM: add prompt and completion token ids to the response
+    )
     user: str | None = None
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c008
 class CompletionRequest(SamplingRequest):
     "POST /v1/completions: a prompt (text or token ids) or a list of them."
+
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
-    best_of: int | None = Field(None, ge=1, le=128)  # completions made per prompt, of which the n best are returned
+    best_of: int | None = Field(
+        None, ge=1, le=128
+    )  # completions made per prompt, of which the n best are returned
+
 
 class ContentPart(OpenAIModel):
     type: str
     text: str | None = None
 
+
 class FunctionDefinition(OpenAIModel):
     name: str = Field(min_length=1)
     description: str | None = None
-    parameters: dict[str, Any] | None = None   # a JSON schema of the arguments
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments
     strict: bool | None = None
+
 
 class Tool(OpenAIModel):
     type: Literal["function"]
     function: FunctionDefinition
 
+
 class FunctionCall(OpenAIModel):
     name: str
-    arguments: str                             # JSON, as the model wrote it
+    arguments: str  # JSON, as the model wrote it
+
 
 class ToolCall(OpenAIModel):
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
+
 class ChatMessage(OpenAIModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[ToolCall] | None = None   # an assistant's calls, sent back with their results
-    tool_call_id: str | None = None            # a tool message: the call it answers
-    reasoning_content: str | None = None       # an assistant's reasoning, for templates that show it
+    tool_calls: list[ToolCall] | None = None  # an assistant's calls, sent back with their results
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    reasoning_content: str | None = None  # an assistant's reasoning, for templates that show it
+
 
 class ChatCompletionRequest(SamplingRequest):
     "POST /v1/chat/completions: messages rendered by the tokenizer's chat template."
+
     messages: list[ChatMessage]
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
-    parallel_tool_calls: bool | None = None    # (every call the model writes is returned)
+    parallel_tool_calls: bool | None = None  # (every call the model writes is returned)
     response_format: dict | None = None
-    chat_template_kwargs: dict[str, Any] | None = None   # e.g. {"enable_thinking": false} for Qwen3
-    add_generation_prompt: bool = True       # vLLM's: open the assistant's turn
-    continue_final_message: bool = False     # vLLM's: continue the last (assistant) message instead
+    chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": false} for Qwen3
+    add_generation_prompt: bool = True  # vLLM's: open the assistant's turn
+    continue_final_message: bool = False  # vLLM's: continue the last (assistant) message instead
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c010
 def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
     "Parse and validate a JSON body, or raise a 400 `OpenAIError` naming the first problem."
-    try: return cls.model_validate_json(body)
+    try:
+        return cls.model_validate_json(body)
     except ValidationError as e:
         err = e.errors(include_url=False, include_input=False)[0]
-        if err["type"] == "json_invalid": raise OpenAIError(f"the body is not valid JSON: {err['msg']}", code="invalid_json") from None
-        loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "dict"))))
+        if err["type"] == "json_invalid":
+            raise OpenAIError(
+                f"the body is not valid JSON: {err['msg']}", code="invalid_json"
+            ) from None
+        loc = ".".join(
+            str(p)
+            for p in err["loc"]
+            if not (
+                isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "dict"))
+            )
+        )
         raise OpenAIError(f"{loc or 'body'}: {err['msg']}", param=loc or None) from None
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #27e23f7b
 class TokenizeRequest(OpenAIModel):
     "POST /tokenize (vLLM's): the token ids of a prompt, or of chat messages as the template renders them."
+
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
-    add_special_tokens: bool = True             # (a prompt's; the chat template writes a chat's)
-    add_generation_prompt: bool = True          # (a chat's)
-    continue_final_message: bool = False        # (a chat's)
+    add_special_tokens: bool = True  # (a prompt's; the chat template writes a chat's)
+    add_generation_prompt: bool = True  # (a chat's)
+    continue_final_message: bool = False  # (a chat's)
     tools: list[Tool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
 
+
 class DetokenizeRequest(OpenAIModel):
     "POST /detokenize (vLLM's): the text of token ids."
+
     model: str | None = None
     tokens: list[int]
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #0e6ef387
 class InputContent(OpenAIModel):
-    type: Literal["input_text", "output_text", "text", "reasoning_text", "summary_text"]   # (images and files: not served)
+    type: Literal[
+        "input_text", "output_text", "text", "reasoning_text", "summary_text"
+    ]  # (images and files: not served)
     text: str
+
 
 class InputItem(OpenAIModel):
     "An item of a response's input: a message, a reasoning, an earlier function call or its output."
+
     type: Literal["message", "reasoning", "function_call", "function_call_output"] = "message"
     role: Literal["user", "system", "developer", "assistant"] | None = None
     content: str | list[InputContent] | None = None
@@ -159,19 +215,24 @@ class InputItem(OpenAIModel):
     arguments: str | None = None
     output: str | None = None
 
+
 class FunctionTool(OpenAIModel):
     "A function the model may call (the Responses API spells tools flat, without chat's `function` wrapper)."
+
     type: Literal["function"]
     name: str = Field(min_length=1)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
+
 class TextConfig(OpenAIModel):
     format: dict[str, Any] | None = None
 
+
 class ResponsesRequest(OpenAIModel):
     "POST /v1/responses: OpenAI's Responses API, stateless (nothing is stored)."
+
     model: str | None = None
     input: list[InputItem] | str
     instructions: str | None = None
@@ -184,8 +245,8 @@ class ResponsesRequest(OpenAIModel):
     parallel_tool_calls: bool | None = None
     previous_response_id: str | None = None
     background: bool | None = None
-    store: bool | None = None                  # (accepted; nothing is stored)
+    store: bool | None = None  # (accepted; nothing is stored)
     text: TextConfig | None = None
-    reasoning: dict | None = None              # (accepted; the model thinks as its template asks)
+    reasoning: dict | None = None  # (accepted; the model thinks as its template asks)
     metadata: dict[str, str] | None = None
     user: str | None = None

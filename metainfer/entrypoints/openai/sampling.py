@@ -4,9 +4,13 @@
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #70d4e598
 from __future__ import annotations
-from ...sequence import SamplingParams
-from .protocol import (OpenAIError, SamplingRequest, CompletionRequest,
-                                                   ChatCompletionRequest)
+from ...engine.sequence import SamplingParams
+from metainfer.entrypoints.openai.protocol import (
+    OpenAIError,
+    SamplingRequest,
+    CompletionRequest,
+    ChatCompletionRequest,
+)
 
 # %% auto #0
 __all__ = ['unsupported', 'candidates_per_prompt', 'sampling_params']
@@ -25,36 +29,79 @@ def unsupported(req: SamplingRequest) -> str | None:
 def candidates_per_prompt(req: SamplingRequest) -> int:
     "How many completions of each prompt the engine makes: `n`, or `best_of`, of which the `n` best are kept."
     n, best_of = req.n or 1, getattr(req, "best_of", None) or req.n or 1
-    if best_of < n: raise OpenAIError(f"best_of={best_of} must be at least n={n}", param="best_of")
-    if best_of > n and req.stream: raise OpenAIError("best_of > n can't stream: the best are known only at the end", param="best_of")
-    if best_of > n and req.temperature == 0: raise OpenAIError("best_of > n needs sampling: greedy samples are all the same", param="best_of")
+    if best_of < n:
+        raise OpenAIError(f"best_of={best_of} must be at least n={n}", param="best_of")
+    if best_of > n and req.stream:
+        raise OpenAIError(
+            "best_of > n can't stream: the best are known only at the end", param="best_of"
+        )
+    if best_of > n and req.temperature == 0:
+        raise OpenAIError(
+            "best_of > n needs sampling: greedy samples are all the same", param="best_of"
+        )
     return best_of
+
 
 def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
     "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError`."
     if (bad := unsupported(req)) is not None:
-        raise OpenAIError(f"{bad}={getattr(req, bad)!r} is not supported by this server", code="unsupported_parameter", param=bad)
+        raise OpenAIError(
+            f"{bad}={getattr(req, bad)!r} is not supported by this server",
+            code="unsupported_parameter",
+            param=bad,
+        )
     room = max_model_len - prompt_len
-    if room < 1: raise OpenAIError(f"This model's maximum context length is {max_model_len} tokens, and your prompt has "
-                                   f"{prompt_len} tokens: no room for a completion", code="context_length_exceeded", param="prompt")
+    if room < 1:
+        raise OpenAIError(
+            f"This model's maximum context length is {max_model_len} tokens, and your prompt has "
+            f"{prompt_len} tokens: no room for a completion",
+            code="context_length_exceeded",
+            param="prompt",
+        )
     chat = isinstance(req, ChatCompletionRequest)
     max_tokens = (req.max_completion_tokens if chat else None) or req.max_tokens
     if max_tokens is not None and max_tokens > room:
-        raise OpenAIError(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                          f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion)",
-                          code="context_length_exceeded", param="max_tokens")
+        raise OpenAIError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion)",
+            code="context_length_exceeded",
+            param="max_tokens",
+        )
     if chat and req.top_logprobs and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", param="top_logprobs")
     logprobs = ((req.top_logprobs or 0) if req.logprobs else None) if chat else req.logprobs
-    prompt_logprobs = logprobs if not chat and req.echo else None   # an echoed prompt comes with its logprobs
-    if candidates_per_prompt(req) > (req.n or 1) and logprobs is None: logprobs = 0  # (best_of ranks by them)
-    try: bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
-    except ValueError: raise OpenAIError("logit_bias keys must be token ids", param="logit_bias") from None
-    given = {k: v for k, v in dict(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
-                                   stop=req.stop, stop_token_ids=req.stop_token_ids, ignore_eos=req.ignore_eos,
-                                   logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
-                                   frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
-                                   logit_bias=bias, min_tokens=req.min_tokens, include_stop_str_in_output=req.include_stop_str_in_output,
-                                   skip_special_tokens=req.skip_special_tokens).items() if v is not None}
-    try: return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
-    except ValueError as e: raise OpenAIError(str(e)) from None
+    prompt_logprobs = (
+        logprobs if not chat and req.echo else None
+    )  # an echoed prompt comes with its logprobs
+    if candidates_per_prompt(req) > (req.n or 1) and logprobs is None:
+        logprobs = 0  # (best_of ranks by them)
+    try:
+        bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
+    except ValueError:
+        raise OpenAIError("logit_bias keys must be token ids", param="logit_bias") from None
+    given = {
+        k: v
+        for k, v in dict(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            seed=req.seed,
+            stop=req.stop,
+            stop_token_ids=req.stop_token_ids,
+            ignore_eos=req.ignore_eos,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty,
+            logit_bias=bias,
+            min_tokens=req.min_tokens,
+            include_stop_str_in_output=req.include_stop_str_in_output,
+            skip_special_tokens=req.skip_special_tokens,
+        ).items()
+        if v is not None
+    }
+    try:
+        return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
+    except ValueError as e:
+        raise OpenAIError(str(e)) from None

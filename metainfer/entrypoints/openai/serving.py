@@ -4,7 +4,9 @@
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #51d91957
 from __future__ import annotations
-import asyncio, secrets, uuid
+import asyncio
+import secrets
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator
 from fastapi import Request
@@ -12,14 +14,21 @@ from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
-from ...engine import RequestOutput
-from ...sequence import SamplingParams
+from ...engine.llm_engine import RequestOutput
+from ...engine.sequence import SamplingParams
 from ..chat_parsing import ChatOutputParser
 from .protocol import OpenAIError, SamplingRequest, parse_request
 from .sampling import candidates_per_prompt, sampling_params
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
-from .formatting import (text_deltas, usage, completion_choice, chat_choice, sse,
-                                                     choice_logprobs, chat_finish_reason)
+from metainfer.entrypoints.openai.formatting import (
+    text_deltas,
+    usage,
+    completion_choice,
+    chat_choice,
+    sse,
+    choice_logprobs,
+    chat_finish_reason,
+)
 
 # %% auto #0
 __all__ = ['MAX_CHOICES', 'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'Choice', 'abort_all',
@@ -34,165 +43,296 @@ class ServerState:
     model_names: list[str]
     api_key: str | None = None
     max_body_bytes: int = 16 * 2**20
-    reasoning_parser: str | None = None    # one of `REASONING_PARSERS`: chats get `reasoning_content`
+    reasoning_parser: str | None = None  # one of `REASONING_PARSERS`: chats get `reasoning_content`
 
-def server_state(request: Request) -> ServerState: return request.app.state.metainfer
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.metainfer
+
 
 def check_api_key(request: Request) -> None:
     "A 401 unless the request carries `Authorization: Bearer <key>` (when the server has a key)."
     key = server_state(request).api_key
-    if key is None: return
+    if key is None:
+        return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.encode()):
-        raise OpenAIError("invalid or missing API key: send 'Authorization: Bearer <key>'", 401, "invalid_api_key",
-                          type="authentication_error")
+    if scheme.lower() != "bearer" or not secrets.compare_digest(
+        token.strip().encode(), key.encode()
+    ):
+        raise OpenAIError(
+            "invalid or missing API key: send 'Authorization: Bearer <key>'",
+            401,
+            "invalid_api_key",
+            type="authentication_error",
+        )
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c044
 async def read_body(request: Request, limit: int) -> bytes:
     "The request body, or a 413 once it passes `limit` bytes (a 499 if the client leaves while sending it)."
-    too_big = OpenAIError(f"the request body is larger than {limit} bytes", 413, "request_too_large")
-    if (n := request.headers.get("content-length", "0")).isdigit() and int(n) > limit: raise too_big
+    too_big = OpenAIError(
+        f"the request body is larger than {limit} bytes", 413, "request_too_large"
+    )
+    if (n := request.headers.get("content-length", "0")).isdigit() and int(n) > limit:
+        raise too_big
     body = bytearray()
     try:
         async for chunk in request.stream():
             body += chunk
-            if len(body) > limit: raise too_big
-    except ClientDisconnect: raise OpenAIError("the client disconnected", 499, "client_disconnected") from None
+            if len(body) > limit:
+                raise too_big
+    except ClientDisconnect:
+        raise OpenAIError("the client disconnected", 499, "client_disconnected") from None
     return bytes(body)
+
 
 def check_model(st: ServerState, model: str | None) -> str:
     "The served name a request asked for (default: the first); a 404 for any other."
-    if model is None or model in st.model_names: return model or st.model_names[0]
-    raise OpenAIError(f"The model {model!r} does not exist; this server serves {st.model_names}", 404, "model_not_found", "model")
+    if model is None or model in st.model_names:
+        return model or st.model_names[0]
+    raise OpenAIError(
+        f"The model {model!r} does not exist; this server serves {st.model_names}",
+        404,
+        "model_not_found",
+        "model",
+    )
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #11d80e6d
 @dataclass
 class Choice:
     "One completion of a response: its index, its prompt's, and the engine request that makes it."
+
     index: int
     prompt: int
     params: SamplingParams
     stream: RequestStream
-    parser: ChatOutputParser | None = None    # a chat's: splits its text into reasoning, content and tool calls
+    parser: ChatOutputParser | None = (
+        None  # a chat's: splits its text into reasoning, content and tool calls
+    )
+
 
 def abort_all(choices: list[Choice]) -> None:
-    for c in choices: c.stream.abort()
+    for c in choices:
+        c.stream.abort()
+
 
 async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
     "The items of several async iterators as they come; an error in one is raised here; leaving early cancels them all."
-    if len(iterators) == 1:  # (the usual response: one choice, no task or queue between it and the client)
-        async for x in iterators[0]: yield x
+    if (
+        len(iterators) == 1
+    ):  # (the usual response: one choice, no task or queue between it and the client)
+        async for x in iterators[0]:
+            yield x
         return
     queue, end = asyncio.Queue(), object()
+
     async def pump(it):
         try:
-            async for x in it: queue.put_nowait((x, None))
-        except Exception as e: queue.put_nowait((end, e))
-        else: queue.put_nowait((end, None))
+            async for x in it:
+                queue.put_nowait((x, None))
+        except Exception as e:
+            queue.put_nowait((end, e))
+        else:
+            queue.put_nowait((end, None))
+
     tasks = [asyncio.ensure_future(pump(it)) for it in iterators]
     try:
         for _ in tasks:
-            while (item := await queue.get())[0] is not end: yield item[0]
-            if item[1] is not None: raise item[1]
+            while (item := await queue.get())[0] is not end:
+                yield item[0]
+            if item[1] is not None:
+                raise item[1]
     finally:
-        for t in tasks: t.cancel()
+        for t in tasks:
+            t.cancel()
 
-async def choice_events(c: Choice, req: SamplingRequest, chat: bool, echo: str | None, tokenizer,
-                        last: dict[int, RequestOutput]) -> AsyncIterator[tuple[dict, RequestOutput | None]]:
+
+async def choice_events(
+    c: Choice,
+    req: SamplingRequest,
+    chat: bool,
+    echo: str | None,
+    tokenizer,
+    last: dict[int, RequestOutput],
+) -> AsyncIterator[tuple[dict, RequestOutput | None]]:
     "One choice's chunk entries and outputs (`echo`: the text its first starts with); its latest output goes in `last`."
     ids, first, offset = bool(req.return_token_ids), True, 0
     try:
-        if chat: yield chat_choice("delta", {"role": "assistant", "content": ""}, None, [] if ids else None, index=c.index), None
+        if chat:
+            yield (
+                chat_choice(
+                    "delta",
+                    {"role": "assistant", "content": ""},
+                    None,
+                    [] if ids else None,
+                    index=c.index,
+                ),
+                None,
+            )
         async for text, start, out in text_deltas(c.stream, c.params):
             last[c.index], o = out, out.outputs[0]
             reason = o.finish_reason if out.finished else None
-            echo_now = echo is not None and first                # the prompt goes first, with its logprobs
-            if echo_now: text = echo + text
-            lps = choice_logprobs(req, out, start, offset, echo_now, tokenizer) if len(o.token_ids) > start or echo_now else None
-            if chat:   # (the parser may hold text back, or give out a tool call whole)
+            echo_now = echo is not None and first  # the prompt goes first, with its logprobs
+            if echo_now:
+                text = echo + text
+            lps = (
+                choice_logprobs(req, out, start, offset, echo_now, tokenizer)
+                if len(o.token_ids) > start or echo_now
+                else None
+            )
+            if chat:  # (the parser may hold text back, or give out a tool call whole)
                 delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
                 reason = chat_finish_reason(c, reason)
-            if not ((delta if chat else text) or reason or ids or lps): continue
+            if not ((delta if chat else text) or reason or ids or lps):
+                continue
             tids, why = o.token_ids[start:] if ids else None, o.stop_reason if reason else None
-            if chat: yield chat_choice("delta", delta, reason, tids, lps, c.index, why), out
-            else: yield completion_choice(text, reason, tids, lps, c.index, why) | (
-                {"prompt_token_ids": out.prompt_token_ids} if ids and first else {}), out
+            if chat:
+                yield chat_choice("delta", delta, reason, tids, lps, c.index, why), out
+            else:
+                yield (
+                    completion_choice(text, reason, tids, lps, c.index, why)
+                    | ({"prompt_token_ids": out.prompt_token_ids} if ids and first else {}),
+                    out,
+                )
             first = False
-            if lps and not chat: offset += sum(map(len, lps["tokens"]))
-    finally: c.stream.abort()
+            if lps and not chat:
+                offset += sum(map(len, lps["tokens"]))
+    finally:
+        c.stream.abort()
 
-async def stream_events(choices: list[Choice], req: SamplingRequest, head: dict, echoes: list[str] | None = None,
-                        tokenizer=None) -> AsyncIterator[str]:
+
+async def stream_events(
+    choices: list[Choice],
+    req: SamplingRequest,
+    head: dict,
+    echoes: list[str] | None = None,
+    tokenizer=None,
+) -> AsyncIterator[str]:
     "The SSE events of a streaming response: its choices' chunks as they come, then `data: [DONE]`."
     chat, last = head["object"] == "chat.completion.chunk", {}
-    prompt_ids = chat and bool(req.return_token_ids)  # a chat's prompt ids go with its first chunk that has an output
+    prompt_ids = chat and bool(
+        req.return_token_ids
+    )  # a chat's prompt ids go with its first chunk that has an output
     try:
-        events = merged([choice_events(c, req, chat, echoes[c.prompt] if echoes else None, tokenizer, last) for c in choices])
+        events = merged(
+            [
+                choice_events(c, req, chat, echoes[c.prompt] if echoes else None, tokenizer, last)
+                for c in choices
+            ]
+        )
         async for choice, out in events:
-            yield sse(head | {"choices": [choice]} | ({"prompt_token_ids": out.prompt_token_ids} if prompt_ids and out else {}))
+            yield sse(
+                head
+                | {"choices": [choice]}
+                | ({"prompt_token_ids": out.prompt_token_ids} if prompt_ids and out else {})
+            )
             prompt_ids = prompt_ids and out is None
         if req.stream_options and req.stream_options.include_usage and len(last) == len(choices):
-            yield sse(head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)})
+            yield sse(
+                head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)}
+            )
     except EngineError as e:
         yield sse(OpenAIError(str(e), 500, "engine_error", type="server_error").body())
-    finally: abort_all(choices)
+    finally:
+        abort_all(choices)
     yield sse("[DONE]")
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c041
 async def wait_disconnect(request: Request) -> None:
     "Return when the client has closed the connection (the body must have been read)."
-    while (await request.receive())["type"] != "http.disconnect": pass
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
 
 async def final_outputs(choices: list[Choice], request: Request) -> list[RequestOutput]:
     "The last output of each choice; all are aborted if the client disconnects first (or one of them fails)."
+
     async def last(stream: RequestStream) -> RequestOutput:
-        async for out in stream: pass
+        async for out in stream:
+            pass
         return out
+
     tasks = [asyncio.ensure_future(last(c.stream)) for c in choices]
     done, gone = asyncio.gather(*tasks), asyncio.ensure_future(wait_disconnect(request))
-    try: await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        gone.cancel(); done.cancel()  # (cancels the choices' tasks too; nothing, for those that finished)
-        done.add_done_callback(lambda f: f.cancelled() or f.exception())  # read: a gather left so is no error
+        gone.cancel()
+        done.cancel()  # (cancels the choices' tasks too; nothing, for those that finished)
+        done.add_done_callback(
+            lambda f: f.cancelled() or f.exception()
+        )  # read: a gather left so is no error
         abort_all(choices)
-    if not done.done() or done.cancelled(): raise OpenAIError("the client disconnected", 499, "client_disconnected")
+    if not done.done() or done.cancelled():
+        raise OpenAIError("the client disconnected", 499, "client_disconnected")
     return done.result()
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c046
 MAX_CHOICES = 1024  # completions a request may ask for (prompts x n)
 
-async def submit(request: Request, cls: type[SamplingRequest], prompts_of, prefix: str, parser_of=None):
+
+async def submit(
+    request: Request, cls: type[SamplingRequest], prompts_of, prefix: str, parser_of=None
+):
     """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model name, choices, request id)`.
     `parser_of(state, request, prompt ids)`: each choice's `ChatOutputParser`."""
     st = server_state(request)
     req = parse_request(cls, await read_body(request, st.max_body_bytes))
     return (req, *await add_choices(st, req, prompts_of, prefix, parser_of))
 
-async def add_choices(st: ServerState, req: SamplingRequest, prompts_of, prefix: str, parser_of=None):
+
+async def add_choices(
+    st: ServerState, req: SamplingRequest, prompts_of, prefix: str, parser_of=None
+):
     "`submit` for a parsed request: returns `(model name, choices, request id)`."
     model = check_model(st, req.model)
-    try: prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
-    except OpenAIError: raise
-    except Exception as e: raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
+    try:
+        prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
+    except OpenAIError:
+        raise
+    except Exception as e:
+        raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
     n = candidates_per_prompt(req)
     if len(prompts) * n > MAX_CHOICES:
-        raise OpenAIError(f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} completions a request", param="n")
-    params = [sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts]  # every prompt checked first
+        raise OpenAIError(
+            f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} completions a request",
+            param="n",
+        )
+    params = [
+        sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts
+    ]  # every prompt checked first
     # with a seed, choice j draws with seed + j (as vLLM does): n different samples
-    specs = [(i, ids, q) for i, (ids, p) in enumerate(zip(prompts, params)) for q in replace(p, n=n).fan_out()]
+    specs = [
+        (i, ids, q)
+        for i, (ids, p) in enumerate(zip(prompts, params))
+        for q in replace(p, n=n).fan_out()
+    ]
     rid = f"{prefix}-{uuid.uuid4().hex}"
-    added = await asyncio.gather(*(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
-                                 return_exceptions=True)    # all at once: the engine takes them in one step
-    choices = [Choice(k, i, p, s, parser_of and parser_of(st, req, ids))
-               for k, ((i, ids, p), s) in enumerate(zip(specs, added)) if isinstance(s, RequestStream)]
+    added = await asyncio.gather(
+        *(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
+        return_exceptions=True,
+    )  # all at once: the engine takes them in one step
+    choices = [
+        Choice(k, i, p, s, parser_of and parser_of(st, req, ids))
+        for k, ((i, ids, p), s) in enumerate(zip(specs, added))
+        if isinstance(s, RequestStream)
+    ]
     if failed := [e for e in added if not isinstance(e, RequestStream)]:
         abort_all(choices)
-        if isinstance(failed[0], ValueError): raise OpenAIError(str(failed[0]), param="prompt") from None
-        if isinstance(failed[0], EngineError): raise OpenAIError(str(failed[0]), 503, "engine_unavailable", type="server_error") from None
+        if isinstance(failed[0], ValueError):
+            raise OpenAIError(str(failed[0]), param="prompt") from None
+        if isinstance(failed[0], EngineError):
+            raise OpenAIError(
+                str(failed[0]), 503, "engine_unavailable", type="server_error"
+            ) from None
         raise failed[0]
     return model, choices, rid
 
+
 def event_stream(events: AsyncIterator[str], choices: list[Choice]) -> StreamingResponse:
     "SSE response; the background task aborts the requests even if the events never started."
-    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"},
-                             background=BackgroundTask(abort_all, choices))
+    return StreamingResponse(
+        events,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+        background=BackgroundTask(abort_all, choices),
+    )

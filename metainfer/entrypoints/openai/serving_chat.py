@@ -6,38 +6,82 @@
 from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from ...engine import RequestOutput
+from ...engine.llm_engine import RequestOutput
 from ..chat_parsing import ChatOutputParser, opens_reasoning
 from .protocol import ChatCompletionRequest
 from .prompts import chat_prompt, forced_call
-from .formatting import (usage, response_head, chat_choice, choice_logprobs,
-                                                     chat_message, chat_finish_reason)
-from .serving import (Choice, ServerState, server_state, submit, event_stream,
-                                                  stream_events, final_outputs)
+from metainfer.entrypoints.openai.formatting import (
+    usage,
+    response_head,
+    chat_choice,
+    choice_logprobs,
+    chat_message,
+    chat_finish_reason,
+)
+from metainfer.entrypoints.openai.serving import (
+    Choice,
+    ServerState,
+    server_state,
+    submit,
+    event_stream,
+    stream_events,
+    final_outputs,
+)
 
 # %% auto #0
 __all__ = ['output_parser', 'chat_completions']
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #c6925f97
-def output_parser(st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]) -> ChatOutputParser:
+def output_parser(
+    st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]
+) -> ChatOutputParser:
     "How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the request sends tools."
-    reasoning, start = st.reasoning_parser is not None, forced_call(req)   # (a forced call starts the reply: it reads that first)
-    parser = ChatOutputParser(reasoning and not start, tools=bool(req.tools) and req.tool_choice != "none", in_reasoning=reasoning and (
-        st.reasoning_parser == "deepseek_r1" or opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))))
-    if start: parser.feed(start)
+    reasoning, start = (
+        st.reasoning_parser is not None,
+        forced_call(req),
+    )  # (a forced call starts the reply: it reads that first)
+    parser = ChatOutputParser(
+        reasoning and not start,
+        tools=bool(req.tools) and req.tool_choice != "none",
+        in_reasoning=reasoning
+        and (
+            st.reasoning_parser == "deepseek_r1"
+            or opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))
+        ),
+    )
+    if start:
+        parser.feed(start)
     return parser
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #c01b2e9f
 async def chat_completions(request: Request):
-    req, model, choices, rid = await submit(request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser)
-    if req.stream: return event_stream(stream_events(choices, req, response_head(rid, model, "chat.completion.chunk")), choices)
+    req, model, choices, rid = await submit(
+        request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser
+    )
+    if req.stream:
+        return event_stream(
+            stream_events(choices, req, response_head(rid, model, "chat.completion.chunk")), choices
+        )
     outs, ids = await final_outputs(choices, request), req.return_token_ids
     reasoning = server_state(request).reasoning_parser is not None
+
     def choice(c: Choice, out: RequestOutput) -> dict:
         o = out.outputs[0]
-        return chat_choice("message", chat_message(c.parser.feed(o.text, final=True), reasoning),
-                           chat_finish_reason(c, o.finish_reason), o.token_ids if ids else None, choice_logprobs(req, out), c.index,
-                           o.stop_reason)
-    return JSONResponse(response_head(rid, model, "chat.completion") | {
-        "choices": [choice(c, o) for c, o in zip(choices, outs)], "usage": usage(outs, req.n or 1)}
-        | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {}))
+        return chat_choice(
+            "message",
+            chat_message(c.parser.feed(o.text, final=True), reasoning),
+            chat_finish_reason(c, o.finish_reason),
+            o.token_ids if ids else None,
+            choice_logprobs(req, out),
+            c.index,
+            o.stop_reason,
+        )
+
+    return JSONResponse(
+        response_head(rid, model, "chat.completion")
+        | {
+            "choices": [choice(c, o) for c, o in zip(choices, outs)],
+            "usage": usage(outs, req.n or 1),
+        }
+        | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {})
+    )

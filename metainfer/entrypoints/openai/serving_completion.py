@@ -6,38 +6,74 @@
 from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from ...engine import RequestOutput
+from ...engine.llm_engine import RequestOutput
 from .protocol import CompletionRequest
 from .sampling import candidates_per_prompt
 from .prompts import completion_prompts
-from .formatting import (usage, response_head, completion_choice,
-                                                     choice_logprobs, echo_texts)
-from .serving import (Choice, server_state, submit, event_stream,
-                                                  stream_events, final_outputs)
+from metainfer.entrypoints.openai.formatting import (
+    usage,
+    response_head,
+    completion_choice,
+    choice_logprobs,
+    echo_texts,
+)
+from metainfer.entrypoints.openai.serving import (
+    Choice,
+    server_state,
+    submit,
+    event_stream,
+    stream_events,
+    final_outputs,
+)
 
 # %% auto #0
 __all__ = ['best_of', 'completions']
 
 # %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #f397d220
-def best_of(made: list[tuple[Choice, RequestOutput]], n: int, per_prompt: int) -> list[tuple[Choice, RequestOutput]]:
+def best_of(
+    made: list[tuple[Choice, RequestOutput]], n: int, per_prompt: int
+) -> list[tuple[Choice, RequestOutput]]:
     """The `n` best of each prompt's `per_prompt` completions (all of them when they are `n`), best first: the highest
     log-probability per token, as OpenAI defines `best_of`."""
-    if per_prompt == n: return made
+    if per_prompt == n:
+        return made
     score = lambda m: m[1].outputs[0].cumulative_logprob / max(1, len(m[1].outputs[0].token_ids))
-    return [m for p in range(0, len(made), per_prompt) for m in sorted(made[p:p + per_prompt], key=score, reverse=True)[:n]]
+    return [
+        m
+        for p in range(0, len(made), per_prompt)
+        for m in sorted(made[p : p + per_prompt], key=score, reverse=True)[:n]
+    ]
 
 # %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #d22009d5
 async def completions(request: Request):
     req, model, choices, rid = await submit(request, CompletionRequest, completion_prompts, "cmpl")
     tokenizer, head = server_state(request).tokenizer, response_head(rid, model, "text_completion")
     echoes = echo_texts(req, tokenizer)
-    if req.stream: return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
+    if req.stream:
+        return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
     outs, ids = await final_outputs(choices, request), req.return_token_ids
+
     def choice(index: int, c: Choice, out: RequestOutput) -> dict:
         o = out.outputs[0]
-        lps = choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer) if req.logprobs is not None else None
-        return completion_choice((echoes[c.prompt] if echoes else "") + o.text, o.finish_reason, o.token_ids if ids else None,
-                                 lps, index, o.stop_reason) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
+        lps = (
+            choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer)
+            if req.logprobs is not None
+            else None
+        )
+        return completion_choice(
+            (echoes[c.prompt] if echoes else "") + o.text,
+            o.finish_reason,
+            o.token_ids if ids else None,
+            lps,
+            index,
+            o.stop_reason,
+        ) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
+
     kept = best_of(list(zip(choices, outs)), req.n or 1, candidates_per_prompt(req))
-    return JSONResponse(head | {"choices": [choice(i, c, o) for i, (c, o) in enumerate(kept)],
-                                "usage": usage(outs, candidates_per_prompt(req))})  # (every completion made counts)
+    return JSONResponse(
+        head
+        | {
+            "choices": [choice(i, c, o) for i, (c, o) in enumerate(kept)],
+            "usage": usage(outs, candidates_per_prompt(req)),
+        }
+    )  # (every completion made counts)

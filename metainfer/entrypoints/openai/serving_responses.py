@@ -4,18 +4,31 @@
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #d79102fd
 from __future__ import annotations
-import json, time, uuid
+import json
+import time
+import uuid
 from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from ...engine import RequestOutput
-from .protocol import (OpenAIError, ChatCompletionRequest, ResponsesRequest,
-                                                   InputItem, parse_request)
+from ...engine.llm_engine import RequestOutput
+from metainfer.entrypoints.openai.protocol import (
+    OpenAIError,
+    ChatCompletionRequest,
+    ResponsesRequest,
+    InputItem,
+    parse_request,
+)
 from .prompts import chat_prompt
 from .engine_loop import EngineError
 from .formatting import text_deltas
-from .serving import (Choice, read_body, server_state, add_choices, final_outputs,
-                                                  event_stream)
+from metainfer.entrypoints.openai.serving import (
+    Choice,
+    read_body,
+    server_state,
+    add_choices,
+    final_outputs,
+    event_stream,
+)
 from .serving_chat import output_parser
 
 # %% auto #0
@@ -24,68 +37,167 @@ __all__ = ['chat_request', 'new_id', 'function_call_item', 'response_object', 'R
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #c799eee7
 def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     "The chat request a response is made with, or a 400 for what this server doesn't do."
-    if req.previous_response_id: raise OpenAIError("previous_response_id: this server stores no responses; send the "
-                                                   "whole conversation as input", code="unsupported_parameter", param="previous_response_id")
-    if req.background: raise OpenAIError("background responses are not supported", code="unsupported_parameter", param="background")
+    if req.previous_response_id:
+        raise OpenAIError(
+            "previous_response_id: this server stores no responses; send the "
+            "whole conversation as input",
+            code="unsupported_parameter",
+            param="previous_response_id",
+        )
+    if req.background:
+        raise OpenAIError(
+            "background responses are not supported",
+            code="unsupported_parameter",
+            param="background",
+        )
     if ((req.text and req.text.format) or {}).get("type", "text") != "text":
-        raise OpenAIError("text.format other than text is not supported", code="unsupported_parameter", param="text")
+        raise OpenAIError(
+            "text.format other than text is not supported",
+            code="unsupported_parameter",
+            param="text",
+        )
     messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    def assistant() -> dict:   # the assistant turn that a reasoning, its text and its calls make up together
-        if not (messages and messages[-1]["role"] == "assistant"): messages.append({"role": "assistant", "content": ""})
+
+    def assistant() -> (
+        dict
+    ):  # the assistant turn that a reasoning, its text and its calls make up together
+        if not (messages and messages[-1]["role"] == "assistant"):
+            messages.append({"role": "assistant", "content": ""})
         return messages[-1]
-    text_of = lambda parts: parts if isinstance(parts, str) else "\n".join(p.text for p in parts or [])  # (as chats join parts)
-    for i, it in enumerate([InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input):
-        if it.type == "reasoning": assistant()["reasoning_content"] = text_of(it.content or it.summary)
-        elif it.type == "message" and it.role == "assistant" and not (m := assistant())["content"] and "tool_calls" not in m:
+
+    text_of = lambda parts: (
+        parts if isinstance(parts, str) else "\n".join(p.text for p in parts or [])
+    )  # (as chats join parts)
+    for i, it in enumerate(
+        [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+    ):
+        if it.type == "reasoning":
+            assistant()["reasoning_content"] = text_of(it.content or it.summary)
+        elif (
+            it.type == "message"
+            and it.role == "assistant"
+            and not (m := assistant())["content"]
+            and "tool_calls" not in m
+        ):
             m["content"] = text_of(it.content)
         elif it.type == "message":
-            if it.role is None: raise OpenAIError(f"input[{i}]: a message needs a role", param="input")
+            if it.role is None:
+                raise OpenAIError(f"input[{i}]: a message needs a role", param="input")
             messages.append({"role": it.role, "content": text_of(it.content)})
         elif it.type == "function_call":
-            if None in (it.call_id, it.name, it.arguments): raise OpenAIError(f"input[{i}]: a function_call needs call_id, name and arguments", param="input")
-            assistant().setdefault("tool_calls", []).append({"id": it.call_id, "type": "function",
-                                                             "function": {"name": it.name, "arguments": it.arguments}})
+            if None in (it.call_id, it.name, it.arguments):
+                raise OpenAIError(
+                    f"input[{i}]: a function_call needs call_id, name and arguments", param="input"
+                )
+            assistant().setdefault("tool_calls", []).append(
+                {
+                    "id": it.call_id,
+                    "type": "function",
+                    "function": {"name": it.name, "arguments": it.arguments},
+                }
+            )
         else:
-            if it.call_id is None: raise OpenAIError(f"input[{i}]: a function_call_output needs a call_id", param="input")
-            messages.append({"role": "tool", "tool_call_id": it.call_id, "content": it.output or ""})
-    tools = [{"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})} for t in req.tools or []]
-    choice = req.tool_choice   # (a named function is flat here too: {"type": "function", "name": ...})
-    if isinstance(choice, dict) and "name" in choice: choice = {"type": choice.get("type"), "function": {"name": choice["name"]}}
-    return ChatCompletionRequest.model_validate({
-        "model": req.model, "messages": messages, "max_completion_tokens": req.max_output_tokens, "temperature": req.temperature,
-        "top_p": req.top_p, "stream": req.stream, "tools": tools or None, "tool_choice": choice if tools else None,
-        "parallel_tool_calls": req.parallel_tool_calls}, strict=False)
+            if it.call_id is None:
+                raise OpenAIError(
+                    f"input[{i}]: a function_call_output needs a call_id", param="input"
+                )
+            messages.append(
+                {"role": "tool", "tool_call_id": it.call_id, "content": it.output or ""}
+            )
+    tools = [
+        {"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})}
+        for t in req.tools or []
+    ]
+    choice = (
+        req.tool_choice
+    )  # (a named function is flat here too: {"type": "function", "name": ...})
+    if isinstance(choice, dict) and "name" in choice:
+        choice = {"type": choice.get("type"), "function": {"name": choice["name"]}}
+    return ChatCompletionRequest.model_validate(
+        {
+            "model": req.model,
+            "messages": messages,
+            "max_completion_tokens": req.max_output_tokens,
+            "temperature": req.temperature,
+            "top_p": req.top_p,
+            "stream": req.stream,
+            "tools": tools or None,
+            "tool_choice": choice if tools else None,
+            "parallel_tool_calls": req.parallel_tool_calls,
+        },
+        strict=False,
+    )
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #3c0c960f
-def new_id(prefix: str) -> str: return f"{prefix}_{uuid.uuid4().hex}"
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
 
 def function_call_item(call: dict, id: str, status: str = "completed") -> dict:
-    return {"type": "function_call", "id": id, "call_id": call["id"], "name": call["function"]["name"],
-            "arguments": call["function"]["arguments"], "status": status}
+    return {
+        "type": "function_call",
+        "id": id,
+        "call_id": call["id"],
+        "name": call["function"]["name"],
+        "arguments": call["function"]["arguments"],
+        "status": status,
+    }
 
-def response_object(rid: str, model: str, req: ResponsesRequest, status: str = "in_progress", output: list | None = None,
-                    out: RequestOutput | None = None) -> dict:
+
+def response_object(
+    rid: str,
+    model: str,
+    req: ResponsesRequest,
+    status: str = "in_progress",
+    output: list | None = None,
+    out: RequestOutput | None = None,
+) -> dict:
     "The `response` object, as OpenAI writes it; `out`: the finished output it reports usage of."
     length = out is not None and out.outputs[0].finish_reason == "length"
-    usage = None if out is None else {
-        "input_tokens": len(out.prompt_token_ids), "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": len(out.outputs[0].token_ids), "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": len(out.prompt_token_ids) + len(out.outputs[0].token_ids)}
-    return {"id": rid, "object": "response", "created_at": int(time.time()), "model": model,
-            "status": "incomplete" if length else status, "error": None,
-            "incomplete_details": {"reason": "max_output_tokens"} if length else None,
-            "instructions": req.instructions, "max_output_tokens": req.max_output_tokens, "metadata": req.metadata or {},
-            "output": output or [], "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "temperature": req.temperature, "top_p": req.top_p, "tool_choice": req.tool_choice or "auto",
-            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []], "text": {"format": {"type": "text"}},
-            "store": False, "usage": usage}
+    usage = (
+        None
+        if out is None
+        else {
+            "input_tokens": len(out.prompt_token_ids),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": len(out.outputs[0].token_ids),
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": len(out.prompt_token_ids) + len(out.outputs[0].token_ids),
+        }
+    )
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": "incomplete" if length else status,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if length else None,
+        "instructions": req.instructions,
+        "max_output_tokens": req.max_output_tokens,
+        "metadata": req.metadata or {},
+        "output": output or [],
+        "parallel_tool_calls": req.parallel_tool_calls is not False,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "tool_choice": req.tool_choice or "auto",
+        "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+        "text": {"format": {"type": "text"}},
+        "store": False,
+        "usage": usage,
+    }
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #e2676379
 class ResponseEvents:
     "The items of a response and, streamed, its events, from `ChatOutputParser`'s deltas."
+
     def __init__(self, rid: str, model: str, req: ResponsesRequest):
         self.rid, self.model, self.req, self.seq = rid, model, req, 0
-        self.items, self.open, self.calls = [], None, []   # open: the item text deltas grow; calls: held to the end
+        self.items, self.open, self.calls = (
+            [],
+            None,
+            [],
+        )  # open: the item text deltas grow; calls: held to the end
 
     def event(self, type: str, **fields) -> str:
         self.seq += 1
@@ -94,79 +206,149 @@ class ResponseEvents:
 
     def start(self) -> list[str]:
         head = response_object(self.rid, self.model, self.req)
-        return [self.event("response.created", response=head), self.event("response.in_progress", response=head)]
+        return [
+            self.event("response.created", response=head),
+            self.event("response.in_progress", response=head),
+        ]
 
     def _add(self, item: dict) -> list[str]:
         self.items.append(item)
-        return [self.event("response.output_item.added", output_index=len(self.items) - 1, item=item)]
+        return [
+            self.event("response.output_item.added", output_index=len(self.items) - 1, item=item)
+        ]
 
-    def _where(self) -> dict: return {"item_id": self.items[-1]["id"], "output_index": len(self.items) - 1}
+    def _where(self) -> dict:
+        return {"item_id": self.items[-1]["id"], "output_index": len(self.items) - 1}
 
     def _close(self, status: str = "completed") -> list[str]:
-        if self.open is None: return []
+        if self.open is None:
+            return []
         item, kind, self.open = self.items[-1], self.open, None
         item["status"], part = status, item["content"][0]
-        done = "response.reasoning_text.done" if kind == "reasoning" else "response.output_text.done"
-        return [self.event(done, **self._where(), content_index=0, text=part["text"], **({} if kind == "reasoning" else {"logprobs": []})),
-                self.event("response.content_part.done", **self._where(), content_index=0, part=part),
-                self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)]
+        done = (
+            "response.reasoning_text.done" if kind == "reasoning" else "response.output_text.done"
+        )
+        return [
+            self.event(
+                done,
+                **self._where(),
+                content_index=0,
+                text=part["text"],
+                **({} if kind == "reasoning" else {"logprobs": []}),
+            ),
+            self.event("response.content_part.done", **self._where(), content_index=0, part=part),
+            self.event("response.output_item.done", output_index=len(self.items) - 1, item=item),
+        ]
 
     def _grow(self, kind: str, text: str) -> list[str]:
         evs = []
         if self.open != kind:
             evs += self._close()
-            fields = {"type": "reasoning", "summary": []} if kind == "reasoning" else {"type": "message", "role": "assistant"}
-            evs += self._add({"id": new_id("rs" if kind == "reasoning" else "msg"), "status": "in_progress", "content": []} | fields)
-            part = {"type": "reasoning_text", "text": ""} if kind == "reasoning" else {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            evs.append(self.event("response.content_part.added", **self._where(), content_index=0, part=dict(part)))
+            fields = (
+                {"type": "reasoning", "summary": []}
+                if kind == "reasoning"
+                else {"type": "message", "role": "assistant"}
+            )
+            evs += self._add(
+                {
+                    "id": new_id("rs" if kind == "reasoning" else "msg"),
+                    "status": "in_progress",
+                    "content": [],
+                }
+                | fields
+            )
+            part = (
+                {"type": "reasoning_text", "text": ""}
+                if kind == "reasoning"
+                else {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            )
+            evs.append(
+                self.event(
+                    "response.content_part.added", **self._where(), content_index=0, part=dict(part)
+                )
+            )
             self.items[-1]["content"].append(part)
             self.open = kind
         self.items[-1]["content"][0]["text"] += text
-        delta = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
-        return evs + [self.event(delta, **self._where(), content_index=0, delta=text, **({} if kind == "reasoning" else {"logprobs": []}))]
+        delta = (
+            "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
+        )
+        return evs + [
+            self.event(
+                delta,
+                **self._where(),
+                content_index=0,
+                delta=text,
+                **({} if kind == "reasoning" else {"logprobs": []}),
+            )
+        ]
 
     def feed(self, parts: dict) -> list[str]:
         "The events of one delta of the parser (function calls are held until the end)."
-        evs = self._grow("reasoning", parts["reasoning_content"]) if parts["reasoning_content"] else []
-        if parts["content"]: evs += self._grow("message", parts["content"])
+        evs = (
+            self._grow("reasoning", parts["reasoning_content"])
+            if parts["reasoning_content"]
+            else []
+        )
+        if parts["content"]:
+            evs += self._grow("message", parts["content"])
         self.calls += parts["tool_calls"]
         return evs
 
     def finish(self, out: RequestOutput) -> list[str]:
         "The events that end the response: its open item done, its function calls, then `response.completed`."
         cut = out.outputs[0].finish_reason == "length"
-        evs = [] if self.items or self.calls else self._grow("message", "")   # (an empty answer is an empty message)
+        evs = (
+            [] if self.items or self.calls else self._grow("message", "")
+        )  # (an empty answer is an empty message)
         evs += self._close("incomplete" if cut and not self.calls else "completed")
         for call in self.calls:
             item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
             evs += self._add(item)
             args = call["function"]["arguments"]
-            evs += [self.event("response.function_call_arguments.delta", **self._where(), delta=args),
-                    self.event("response.function_call_arguments.done", **self._where(), arguments=args)]
+            evs += [
+                self.event("response.function_call_arguments.delta", **self._where(), delta=args),
+                self.event(
+                    "response.function_call_arguments.done", **self._where(), arguments=args
+                ),
+            ]
             item |= {"arguments": args, "status": "completed"}
-            evs.append(self.event("response.output_item.done", output_index=len(self.items) - 1, item=item))
+            evs.append(
+                self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)
+            )
         self.final = response_object(self.rid, self.model, self.req, "completed", self.items, out)
         return evs + [self.event("response.completed", response=self.final)]
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #c9456b6b
-async def response_events(c: Choice, rid: str, model: str, req: ResponsesRequest) -> AsyncIterator[str]:
+async def response_events(
+    c: Choice, rid: str, model: str, req: ResponsesRequest
+) -> AsyncIterator[str]:
     "A streamed response's events: created, its items as they grow, completed; an engine failure is an `error` event."
     ev, out = ResponseEvents(rid, model, req), None
     try:
-        for e in ev.start(): yield e
+        for e in ev.start():
+            yield e
         async for text, _, out in text_deltas(c.stream, c.params):
-            for e in ev.feed(c.parser.feed(text, final=out.finished)): yield e
+            for e in ev.feed(c.parser.feed(text, final=out.finished)):
+                yield e
         if out is not None:
-            for e in ev.finish(out): yield e
-    except EngineError as e: yield ev.event("error", code="engine_error", message=str(e), param=None)
-    finally: c.stream.abort()
+            for e in ev.finish(out):
+                yield e
+    except EngineError as e:
+        yield ev.event("error", code="engine_error", message=str(e), param=None)
+    finally:
+        c.stream.abort()
+
 
 async def responses(request: Request):
     st = server_state(request)
     req = parse_request(ResponsesRequest, await read_body(request, st.max_body_bytes))
-    model, choices, rid = await add_choices(st, chat_request(req), chat_prompt, "resp", output_parser)
-    rid = rid.replace("resp-", "resp_", 1)   # (OpenAI's spelling)
-    if req.stream: return event_stream(response_events(choices[0], rid, model, req), choices)
+    model, choices, rid = await add_choices(
+        st, chat_request(req), chat_prompt, "resp", output_parser
+    )
+    rid = rid.replace("resp-", "resp_", 1)  # (OpenAI's spelling)
+    if req.stream:
+        return event_stream(response_events(choices[0], rid, model, req), choices)
     out, c = (await final_outputs(choices, request))[0], choices[0]
     ev = ResponseEvents(rid, model, req)
     ev.feed(c.parser.feed(out.outputs[0].text, final=True))

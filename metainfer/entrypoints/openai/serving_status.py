@@ -17,44 +17,88 @@ __all__ = ['prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'v
 def prometheus_text(s: EngineStats, model: str) -> str:
     "The engine's stats in Prometheus' text exposition format."
     label = f'model_name="{model}"'
-    rows = [("num_requests_running", "gauge", "Requests in the running batch.", {"": s.num_running}),
-            ("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", {"": s.num_waiting}),
-            ("num_requests_in_engine", "gauge", "Requests the engine holds.", {"": s.num_requests}),
-            ("kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (1 = full).", {"": s.kv_cache_usage}),
-            ("num_free_kv_blocks", "gauge", "Free KV blocks.", {"": s.num_free_kv_blocks}),
-            ("num_kv_blocks", "gauge", "KV blocks in the pool.", {"": s.num_kv_blocks}),
-            ("prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", {"": s.prompt_tokens_total}),
-            ("generation_tokens_total", "counter", "Generated tokens.", {"": s.generation_tokens_total}),
-            ("request_success_total", "counter", "Finished requests by finish reason.",
-             {f',finished_reason="{k}"': v for k, v in s.finished_total.items()}),
-            ("num_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", {"": s.num_preemptions}),
-            ("engine_steps_total", "counter", "Engine steps.", {"": s.num_steps})]
+    rows = [
+        ("num_requests_running", "gauge", "Requests in the running batch.", {"": s.num_running}),
+        ("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", {"": s.num_waiting}),
+        ("num_requests_in_engine", "gauge", "Requests the engine holds.", {"": s.num_requests}),
+        (
+            "kv_cache_usage_perc",
+            "gauge",
+            "Fraction of KV blocks in use (1 = full).",
+            {"": s.kv_cache_usage},
+        ),
+        ("num_free_kv_blocks", "gauge", "Free KV blocks.", {"": s.num_free_kv_blocks}),
+        ("num_kv_blocks", "gauge", "KV blocks in the pool.", {"": s.num_kv_blocks}),
+        (
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens of accepted requests.",
+            {"": s.prompt_tokens_total},
+        ),
+        (
+            "generation_tokens_total",
+            "counter",
+            "Generated tokens.",
+            {"": s.generation_tokens_total},
+        ),
+        (
+            "request_success_total",
+            "counter",
+            "Finished requests by finish reason.",
+            {f',finished_reason="{k}"': v for k, v in s.finished_total.items()},
+        ),
+        (
+            "num_preemptions_total",
+            "counter",
+            "Sequences preempted for lack of KV blocks.",
+            {"": s.num_preemptions},
+        ),
+        ("engine_steps_total", "counter", "Engine steps.", {"": s.num_steps}),
+    ]
     lines = []
     for name, kind, doc, values in rows:
         lines += [f"# HELP metainfer:{name} {doc}", f"# TYPE metainfer:{name} {kind}"]
         lines += [f"metainfer:{name}{{{label}{extra}}} {v}" for extra, v in values.items()]
     return "\n".join(lines) + "\n"
 
+
 def parse_metrics(text: str) -> dict[str, float]:
     "`{name{labels}: value}` of a Prometheus text page, with the `model_name` label dropped (for tests)."
     rows = (l.rsplit(" ", 1) for l in text.splitlines() if l and not l.startswith("#"))
-    return {k.replace("metainfer:", "").split("{")[0] + ("{" + k.split(",", 1)[1] if "," in k else ""): float(v) for k, v in rows}
+    return {
+        k.replace("metainfer:", "").split("{")[0]
+        + ("{" + k.split(",", 1)[1] if "," in k else ""): float(v)
+        for k, v in rows
+    }
 
 # %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #45ddc5b7
 async def health(request: Request):
-    if not server_state(request).engine.is_alive: raise OpenAIError("the engine has stopped", 503, "engine_unavailable", type="server_error")
+    if not server_state(request).engine.is_alive:
+        raise OpenAIError("the engine has stopped", 503, "engine_unavailable", type="server_error")
     return {"status": "ok"}
+
 
 async def models(request: Request):
     st = server_state(request)
-    card = lambda name: {"id": name, "object": "model", "created": 0, "owned_by": "metainfer",
-                         "root": st.engine.engine.config.model, "max_model_len": st.engine.max_model_len}
+    card = lambda name: {
+        "id": name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "metainfer",
+        "root": st.engine.engine.config.model,
+        "max_model_len": st.engine.max_model_len,
+    }
     return {"object": "list", "data": [card(n) for n in st.model_names]}
+
 
 async def metrics(request: Request):
     st = server_state(request)
-    return PlainTextResponse(prometheus_text(st.engine.stats, st.model_names[0]), media_type="text/plain; version=0.0.4")
+    return PlainTextResponse(
+        prometheus_text(st.engine.stats, st.model_names[0]), media_type="text/plain; version=0.0.4"
+    )
+
 
 async def version(request: Request):
     from metainfer import __version__
+
     return {"version": __version__}

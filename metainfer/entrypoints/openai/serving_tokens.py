@@ -6,8 +6,13 @@
 from __future__ import annotations
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
-from .protocol import (OpenAIError, ChatCompletionRequest, TokenizeRequest,
-                                                   DetokenizeRequest, parse_request)
+from metainfer.entrypoints.openai.protocol import (
+    OpenAIError,
+    ChatCompletionRequest,
+    TokenizeRequest,
+    DetokenizeRequest,
+    parse_request,
+)
 from .prompts import chat_prompt
 from .serving import server_state, read_body, check_model
 
@@ -19,22 +24,46 @@ async def tokenize(request: Request):
     st = server_state(request)
     req = parse_request(TokenizeRequest, await read_body(request, st.max_body_bytes))
     check_model(st, req.model)
-    if (req.prompt is None) == (req.messages is None): raise OpenAIError("send either a prompt or messages", param="prompt")
-    if st.tokenizer is None: raise OpenAIError("this model has no tokenizer", param="prompt")
+    if (req.prompt is None) == (req.messages is None):
+        raise OpenAIError("send either a prompt or messages", param="prompt")
+    if st.tokenizer is None:
+        raise OpenAIError("this model has no tokenizer", param="prompt")
+
     def ids() -> list[int]:
-        if req.prompt is not None: return st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
-        chat = ChatCompletionRequest.model_construct(**{k: getattr(req, k) for k in ("messages", "tools", "chat_template_kwargs",
-                                                        "add_generation_prompt", "continue_final_message")})
+        if req.prompt is not None:
+            return st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
+        chat = ChatCompletionRequest.model_construct(
+            **{
+                k: getattr(req, k)
+                for k in (
+                    "messages",
+                    "tools",
+                    "chat_template_kwargs",
+                    "add_generation_prompt",
+                    "continue_final_message",
+                )
+            }
+        )
         return chat_prompt(chat, st.tokenizer)[0]
+
     tokens = await run_in_threadpool(ids)
-    return {"count": len(tokens), "max_model_len": st.engine.max_model_len, "tokens": tokens,
-            "token_strs": st.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None}
+    return {
+        "count": len(tokens),
+        "max_model_len": st.engine.max_model_len,
+        "tokens": tokens,
+        "token_strs": st.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None,
+    }
+
 
 async def detokenize(request: Request):
     st = server_state(request)
     req = parse_request(DetokenizeRequest, await read_body(request, st.max_body_bytes))
     check_model(st, req.model)
-    if st.tokenizer is None: raise OpenAIError("this model has no tokenizer", param="tokens")
+    if st.tokenizer is None:
+        raise OpenAIError("this model has no tokenizer", param="tokens")
     if bad := [t for t in req.tokens if not 0 <= t < len(st.tokenizer)]:
-        raise OpenAIError(f"token id {bad[0]} is outside the vocabulary (0 to {len(st.tokenizer) - 1})", param="tokens")
+        raise OpenAIError(
+            f"token id {bad[0]} is outside the vocabulary (0 to {len(st.tokenizer) - 1})",
+            param="tokens",
+        )
     return {"prompt": await run_in_threadpool(st.tokenizer.decode, req.tokens)}
