@@ -23,10 +23,8 @@ from metainfer.entrypoints.openai.serving import (
     ServerState,
     server_state,
     submit,
-    event_stream,
-    stream_events,
-    final_outputs,
 )
+from .streaming import event_stream, stream_events, final_outputs
 
 # %% auto #0
 __all__ = ['output_parser', 'chat_completions']

@@ -21,10 +21,8 @@ from metainfer.entrypoints.openai.serving import (
     Choice,
     server_state,
     submit,
-    event_stream,
-    stream_events,
-    final_outputs,
 )
+from .streaming import event_stream, stream_events, final_outputs
 
 # %% auto #0
 __all__ = ['best_of', 'completions']
