@@ -24,7 +24,8 @@ __all__ = ['DeepseekMLP', 'is_moe_layer', 'TorchMoE', 'FusedMoE', 'expert_params
 
 # %% ../../nbs/layers/09b_moe.ipynb #c005
 class DeepseekMLP(nn.Module):
-    "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
+    """SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared
+    experts."""
 
     folds_norm = True  # its input goes to the gate-up projection only
 
@@ -55,7 +56,8 @@ class DeepseekMLP(nn.Module):
 
 # %% ../../nbs/layers/09b_moe.ipynb #c008
 def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
-    "Whether layer `i` has a MoE (DeepSeek's rule: after `first_k_dense_replace`, every `moe_layer_freq`-th)."
+    """Whether layer `i` has a MoE (DeepSeek's rule: after `first_k_dense_replace`, every
+    `moe_layer_freq`-th)."""
     h = cfg.hf
     return (
         bool(h.get("n_routed_experts"))
@@ -73,7 +75,8 @@ class TorchMoE(TorchRouter):
 
 # %% ../../nbs/layers/09b_moe.ipynb #c013
 class FusedMoE(nn.Module):
-    "The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size / ep_size)` wide."
+    """The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size
+    / ep_size)` wide."""
 
     def __init__(
         self,
@@ -99,7 +102,8 @@ class FusedMoE(nn.Module):
         self.gate_up_proj.weight_loader = self.down_proj.weight_loader = self.weight_loader
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int, expert_id: int) -> None:
-        "Load expert `expert_id`'s gate (shard 0), up (1) or down projection; another rank's expert is never read."
+        """Load expert `expert_id`'s gate (shard 0), up (1) or down projection; another rank's
+        expert is never read."""
         e = expert_id - self.expert_start
         if not 0 <= e < self.num_local_experts:
             return
@@ -113,8 +117,10 @@ class FusedMoE(nn.Module):
     def forward(
         self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None
     ) -> Tensor:
-        "This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless `reduce_results=False`."
-        # 16 bits under TP: the partial sum in float32, rounded once after the sum (as `RowParallelLinear`'s)
+        """This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless
+        `reduce_results=False`."""
+        # 16 bits under TP: the partial sum in float32, rounded once after the sum (as
+        # `RowParallelLinear`'s)
         y = self.kernels.fused_moe(
             x,
             self.gate_up_proj,
@@ -152,7 +158,8 @@ def fused_moe_ref(
     add: Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> Tensor:
-    "`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il, D]`, `down` `[El, D, Il]`)."
+    """`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il,
+    D]`, `down` `[El, D, Il]`)."""
     El, K = gate_up.shape[0], topk_ids.shape[1]
     local = topk_ids - expert_start
     eid = torch.where(
@@ -191,7 +198,8 @@ class DeepseekMoE(nn.Module):
         )
         h = cfg.hf
         self.gate = MoEGate(cfg, kernels)
-        # both parts stop at this rank's partial sum: added together, they need one all-reduce, not two
+        # both parts stop at this rank's partial sum: added together, they need one all-reduce, not
+        # two
         self.experts = FusedMoE(
             h["n_routed_experts"],
             cfg.hidden_size,

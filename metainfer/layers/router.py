@@ -14,7 +14,8 @@ __all__ = ['grouped_topk', 'select_experts', 'router_logits', 'TorchRouter', 'Mo
 
 # %% ../../nbs/layers/09aa_router.ipynb #c006
 def grouped_topk(choice: Tensor, k: int, n_group: int, topk_group: int, group_score: str) -> Tensor:
-    "Ids `[T, k]` of the `k` best experts of `choice` `[T, E]` within the `topk_group` best of `n_group` groups."
+    """Ids `[T, k]` of the `k` best experts of `choice` `[T, E]` within the `topk_group` best of
+    `n_group` groups."""
     T, E = choice.shape
     groups = choice.view(T, n_group, E // n_group)
     score = (
@@ -41,7 +42,8 @@ def select_experts(
     norm_topk_prob: bool = False,
     routed_scaling_factor: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    "Weights `[T, K]` (float32) and ids `[T, K]` of each token's experts, from float32 router `logits` `[T, E]`."
+    """Weights `[T, K]` (float32) and ids `[T, K]` of each token's experts, from float32 router
+    `logits` `[T, E]`."""
     scores = logits.softmax(-1) if scoring_func == "softmax" else logits.sigmoid()
     choice = scores if correction_bias is None else scores + correction_bias
     if topk_method == "greedy":

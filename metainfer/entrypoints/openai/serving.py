@@ -55,7 +55,8 @@ def check_api_key(request: Request) -> None:
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c005
 async def read_body(request: Request, limit: int) -> bytes:
-    "The request body, or a 413 once it passes `limit` bytes (a 499 if the client leaves while sending it)."
+    """The request body, or a 413 once it passes `limit` bytes (a 499 if the client leaves while
+    sending it)."""
     too_big = OpenAIError(
         f"the request body is larger than {limit} bytes", 413, "request_too_large"
     )
@@ -108,8 +109,9 @@ MAX_CHOICES = 1024  # completions a request may ask for (prompts x n)
 async def submit(
     request: Request, cls: type[SamplingRequest], prompts_of, prefix: str, parser_of=None
 ):
-    """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model name, choices, request id)`.
-    `parser_of(state, request, prompt ids)`: each choice's `ChatOutputParser`."""
+    """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model
+    name, choices, request id)`. `parser_of(state, request, prompt ids)`: each choice's
+    `ChatOutputParser`."""
     st = server_state(request)
     req = parse_request(cls, await read_body(request, st.max_body_bytes))
     return (req, *await add_choices(st, req, prompts_of, prefix, parser_of))
@@ -129,7 +131,8 @@ async def add_choices(
     n = candidates_per_prompt(req)
     if len(prompts) * n > MAX_CHOICES:
         raise OpenAIError(
-            f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} completions a request",
+            f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} "
+            "completions a request",
             param="n",
         )
     params = [

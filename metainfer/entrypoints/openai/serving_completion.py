@@ -31,8 +31,8 @@ __all__ = ['best_of', 'completions']
 def best_of(
     made: list[tuple[Choice, RequestOutput]], n: int, per_prompt: int
 ) -> list[tuple[Choice, RequestOutput]]:
-    """The `n` best of each prompt's `per_prompt` completions (all of them when they are `n`), best first: the highest
-    log-probability per token, as OpenAI defines `best_of`."""
+    """The `n` best of each prompt's `per_prompt` completions (all of them when they are `n`), best
+    first: the highest log-probability per token, as OpenAI defines `best_of`."""
     if per_prompt == n:
         return made
     score = lambda m: m[1].outputs[0].cumulative_logprob / max(1, len(m[1].outputs[0].token_ids))

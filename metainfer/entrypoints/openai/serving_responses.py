@@ -196,7 +196,8 @@ class ResponseEvents:
         return evs
 
     def finish(self, out: RequestOutput) -> list[str]:
-        "The events that end the response: its open item done, its function calls, then `response.completed`."
+        """The events that end the response: its open item done, its function calls, then
+        `response.completed`."""
         cut = out.outputs[0].finish_reason == "length"
         evs = (
             [] if self.items or self.calls else self._grow("message", "")
@@ -223,7 +224,8 @@ class ResponseEvents:
 async def response_events(
     c: Choice, rid: str, model: str, req: ResponsesRequest
 ) -> AsyncIterator[str]:
-    "A streamed response's events: created, its items as they grow, completed; an engine failure is an `error` event."
+    """A streamed response's events: created, its items as they grow, completed; an engine failure
+    is an `error` event."""
     ev, out = ResponseEvents(rid, model, req), None
     try:
         for e in ev.start():

@@ -28,7 +28,8 @@ __all__ = ['merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final
 
 # %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #c004
 async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
-    "The items of several async iterators as they come; an error in one is raised here; leaving early cancels them all."
+    """The items of several async iterators as they come; an error in one is raised here; leaving
+    early cancels them all."""
     if (
         len(iterators) == 1
     ):  # (the usual response: one choice, no task or queue between it and the client)
@@ -66,7 +67,8 @@ async def choice_events(
     tokenizer,
     last: dict[int, RequestOutput],
 ) -> AsyncIterator[tuple[dict, RequestOutput | None]]:
-    "One choice's chunk entries and outputs (`echo`: the text its first starts with); its latest output goes in `last`."
+    """One choice's chunk entries and outputs (`echo`: the text its first starts with); its latest
+    output goes in `last`."""
     ids, first, offset = bool(req.return_token_ids), True, 0
     try:
         if chat:
@@ -156,7 +158,8 @@ async def wait_disconnect(request: Request) -> None:
 
 
 async def final_outputs(choices: list[Choice], request: Request) -> list[RequestOutput]:
-    "The last output of each choice; all are aborted if the client disconnects first (or one of them fails)."
+    """The last output of each choice; all are aborted if the client disconnects first (or one of
+    them fails)."""
 
     async def last(stream: RequestStream) -> RequestOutput:
         async for out in stream:
