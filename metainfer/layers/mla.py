@@ -30,8 +30,7 @@ __all__ = ['yarn_get_mscale', 'yarn_inv_freq', 'yarn_attention_factor', 'mla_sof
 
 # %% ../../nbs/layers/09a_mla.ipynb #c005
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
-    """YaRN's attention temperature for a context stretched `scale` times: `0.1·mscale·ln(scale) +
-    1`."""
+    "YaRN's attention temperature for a `scale`-times context: `0.1·mscale·ln(scale) + 1`."
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 # %% ../../nbs/layers/09a_mla.ipynb #c008
@@ -78,8 +77,7 @@ def mla_softmax_scale(qk_head_dim: int, rope_scaling: dict | None) -> float:
 
 # %% ../../nbs/layers/09a_mla.ipynb #c015
 def mla_rotary(cfg: ModelConfig, kernels: TorchKernels = TorchKernels()) -> RotaryEmbedding:
-    """The rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if the config
-    asks for it."""
+    "Rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if configured."
     dim, rs = cfg.hf["qk_rope_head_dim"], cfg.rope_scaling
     is_neox = not cfg.hf.get("rope_interleave", True)
     if rs is None:
@@ -140,8 +138,7 @@ class TorchMLA:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        """Causal attention of new queries to their whole context, with K/V materialized from the
-        latents: `[T, H, dv]`."""
+        "Causal attention of new queries to their context, K/V made from the latents: `[T, H, dv]`."
         r = w_uk.shape[-1]
         out = q_nope.new_empty(*q_nope.shape[:2], w_uv.shape[1])  # [T, H, dv]
         q = torch.cat([q_nope, q_pe], dim=-1)  # [T, H, dn+dr]
@@ -170,8 +167,7 @@ class TorchMLA:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        """One query per sequence, attending over its cached latents with `W_UK` and `W_UV`
-        absorbed: `[B, H, dv]`."""
+        "One query per sequence over its cached latents, `W_UK`/`W_UV` absorbed: `[B, H, dv]`."
         r = w_uk.shape[-1]
         q = torch.cat([torch.einsum("bhd,hdr->bhr", q_nope, w_uk), q_pe], dim=-1)  # [B, H, r+dr]
         lat = (
@@ -234,8 +230,7 @@ class LatentAttention(nn.Module):
 
 # %% ../../nbs/layers/09a_mla.ipynb #c029
 class MLA(nn.Module):
-    """Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache,
-    output projection."""
+    "Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache."
 
     packed_modules_mapping = {
         "q_proj": ("q_kv_a_proj", 0),
