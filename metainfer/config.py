@@ -111,13 +111,15 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
 
 
 def arg(default: Any, help: str, **flag: Any) -> Any:
-    "A dataclass field that is also a command-line flag: `help` and argparse options (`choices`, `alias`)."
+    """A dataclass field that is also a command-line flag: `help` and argparse options (`choices`,
+    `alias`)."""
     return field(default=default, metadata={"help": help, **flag})
 
 
 @dataclass
 class EngineConfig:
-    "What one engine is asked to do: which model, where, how parallel, the scheduler's limits, which kernels."
+    """What one engine is asked to do: which model, where, how parallel, the scheduler's limits,
+    which kernels."""
 
     model: str  # checkpoint folder (config.json, *.safetensors, tokenizer)
     tensor_parallel_size: int = arg(1, "ranks each layer is split over", alias="-tp")
@@ -173,12 +175,14 @@ class EngineConfig:
 
 # %% ../nbs/01_config.ipynb #9cb2ef52
 def _flag_type(annotation: str) -> type:
-    "The argparse type of a field annotated `annotation` (a string, under `from __future__ import annotations`)."
+    """The argparse type of a field annotated `annotation` (a string, under `from __future__ import
+    annotations`)."""
     return next(t for t in (bool, int, float, str) if t.__name__ in annotation)
 
 
 def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argparse.ArgumentParser:
-    "One flag per `EngineConfig` field (`--max-model-len`, ...), with the field's help; `defaults` override."
+    """One flag per `EngineConfig` field (`--max-model-len`, ...), with the field's help; `defaults`
+    override."""
     for f in fields(EngineConfig):
         if "help" not in f.metadata:
             continue

@@ -20,11 +20,13 @@ ASSETS = Path(metainfer.__file__).parent / "assets"
 
 
 def published_config(name: str) -> dict:
-    "A published `config.json` shipped in `metainfer/assets/configs` (`Qwen3-0.6B`, `Qwen3-8B`, `DeepSeek-V2-Lite`)."
+    """A published `config.json` shipped in `metainfer/assets/configs` (`Qwen3-0.6B`, `Qwen3-8B`,
+    `DeepSeek-V2-Lite`)."""
     path = ASSETS / "configs" / f"{name}.json"
     if not path.exists():
         raise ValueError(
-            f"no published config {name!r}; have {[p.stem for p in (ASSETS / 'configs').glob('*.json')]}"
+            f"no published config {name!r}; have "
+            f"{[p.stem for p in (ASSETS / 'configs').glob('*.json')]}"
         )
     return json.loads(path.read_text())
 
@@ -138,7 +140,8 @@ def hf_config(preset_or_dict: str | dict, **overrides):
 # %% ../nbs/02_testing.ipynb #c010
 @torch.no_grad()
 def perturb_constant_tensors(model: torch.nn.Module, scale: float = 0.1) -> list[str]:
-    "Add noise to every tensor HF initializes to one constant (norm weights, zero biases); returns their names."
+    """Add noise to every tensor HF initializes to one constant (norm weights, zero biases); returns
+    their names."""
     named = list(model.named_parameters()) + list(model.named_buffers())
     const = [
         (n, t)
@@ -160,7 +163,8 @@ def write_random_checkpoint(
     perturb_constants: bool = False,
     **overrides,
 ) -> Path:
-    "Build a random-weight HF model for `preset` and write it with `save_pretrained`, plus the Qwen3 tokenizer."
+    """Build a random-weight HF model for `preset` and write it with `save_pretrained`, plus the
+    Qwen3 tokenizer."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 

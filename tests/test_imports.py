@@ -1,4 +1,5 @@
-"""The package's import graph: no cycles among metainfer's modules, and every module imports on its own."""
+"""The package's import graph: no cycles among metainfer's modules, and every module imports on its
+own."""
 
 import ast
 import subprocess

@@ -1,7 +1,7 @@
 """Acceptance (issue 6, part 1): the official `openai` client against `metainfer serve` on loopback.
 
-Greedy results of both endpoints, streaming and not, equal `LLM.generate` for the same request; a key is enforced;
-the `serve` and `bench serve` commands work end to end."""
+Greedy results of both endpoints, streaming and not, equal `LLM.generate` for the same request; a
+key is enforced; the `serve` and `bench serve` commands work end to end."""
 
 import json
 import os
@@ -177,7 +177,8 @@ def test_chat_stream_equal_llm_generate(llm, client):
 
 
 def test_completions_logprobs_equal_llm_generate(llm, client):
-    "Each token's logprob and the likeliest alternatives, streamed and not, equal `LLM.generate(logprobs=3)`'s."
+    """Each token's logprob and the likeliest alternatives, streamed and not, equal
+    `LLM.generate(logprobs=3)`'s."""
     tok = llm.get_tokenizer()
     for prompt in PROMPTS[:2]:
         ref = llm.generate(prompt, greedy(8, ignore_eos=True, logprobs=3), use_tqdm=False)[
@@ -217,7 +218,8 @@ def test_completions_logprobs_equal_llm_generate(llm, client):
 
 
 def test_echo_with_logprobs_scores_the_prompt(llm, client):
-    "`echo` puts the prompt before the completion; with `logprobs`, the prompt's tokens are scored too (the first: null)."
+    """`echo` puts the prompt before the completion; with `logprobs`, the prompt's tokens are scored
+    too (the first: null)."""
     tok, prompt = llm.get_tokenizer(), PROMPTS[1]
     ref = llm.generate(
         prompt, greedy(4, ignore_eos=True, logprobs=1, prompt_logprobs=1), use_tqdm=False
@@ -260,8 +262,9 @@ def test_echo_with_logprobs_scores_the_prompt(llm, client):
 
 
 def test_several_prompts_and_n_choices(llm, client):
-    """A list of prompts and `n` give choice `i·n + j` for prompt `i`: greedy ones equal `LLM.generate`; seeded
-    samples use seed + j, so the `n` differ; usage counts each prompt once; streamed choices add up alike."""
+    """A list of prompts and `n` give choice `i·n + j` for prompt `i`: greedy ones equal
+    `LLM.generate`; seeded samples use seed + j, so the `n` differ; usage counts each prompt once;
+    streamed choices add up alike."""
     refs = llm.generate(PROMPTS[:2], greedy(6, ignore_eos=True), use_tqdm=False)
     kw = dict(
         model="tiny",
@@ -326,8 +329,9 @@ def test_several_prompts_and_n_choices(llm, client):
 
 
 def test_best_of_keeps_the_likeliest_per_token(llm, client):
-    """`best_of=4, n=2`: each prompt's 4 seeded samples (seed + j, as with `n`) are made, and the 2 with the highest
-    mean logprob come back, best first; usage counts all 8 completions; no logprobs unless asked for."""
+    """`best_of=4, n=2`: each prompt's 4 seeded samples (seed + j, as with `n`) are made, and the 2
+    with the highest mean logprob come back, best first; usage counts all 8 completions; no logprobs
+    unless asked for."""
     kw = dict(
         model="tiny", prompt=PROMPTS[:2], max_tokens=8, temperature=1.0, seed=11, n=2, best_of=4
     )
@@ -369,7 +373,8 @@ def test_best_of_keeps_the_likeliest_per_token(llm, client):
 
 
 def test_chat_logprobs(llm, client):
-    "Chat logprobs: each token's text, logprob and bytes, and its `top_logprobs` likeliest tokens, streamed and not."
+    """Chat logprobs: each token's text, logprob and bytes, and its `top_logprobs` likeliest tokens,
+    streamed and not."""
     ref = llm.generate(
         chat_text(llm, CHAT[0]), greedy(6, ignore_eos=True, logprobs=2), use_tqdm=False
     )[0].outputs[0]
@@ -408,7 +413,8 @@ def test_chat_logprobs(llm, client):
 
 
 def test_thinking_toggle_reaches_the_template(llm, client):
-    "Qwen3's `enable_thinking` changes the prompt: the prompt token counts differ by the empty think block."
+    """Qwen3's `enable_thinking` changes the prompt: the prompt token counts differ by the empty
+    think block."""
     kw = dict(model="tiny", messages=CHAT[0], max_tokens=1, temperature=0)
     on = client.chat.completions.create(**kw).usage.prompt_tokens
     off = client.chat.completions.create(
@@ -476,7 +482,8 @@ def test_stop_strings_stream_and_not(llm, client):
 
 
 def test_continue_final_message(llm, server, client):
-    "vLLM's `continue_final_message`: the last (assistant) message is continued, not closed; the prompt shows it."
+    """vLLM's `continue_final_message`: the last (assistant) message is continued, not closed; the
+    prompt shows it."""
     messages = CHAT[0] + [{"role": "assistant", "content": "Sure, the answer is"}]
     r = client.chat.completions.create(
         model="tiny",
@@ -563,7 +570,8 @@ def test_errors_through_the_sdk(client):
 
 
 def test_tokenize_and_detokenize(llm, server, client):
-    "vLLM's /tokenize and /detokenize: a prompt's ids, a chat's as the chat endpoint counts them, and back to text."
+    """vLLM's /tokenize and /detokenize: a prompt's ids, a chat's as the chat endpoint counts them,
+    and back to text."""
     tok, url, auth = llm.get_tokenizer(), server.url, {"Authorization": f"Bearer {KEY}"}
     r = httpx.post(
         f"{url}/tokenize", headers=auth, json={"prompt": PROMPTS[2], "return_token_strs": True}
@@ -620,7 +628,8 @@ def test_metrics_after_requests(server, client):
 
 
 def test_bench_serve_command(server, tmp_path, capsys):
-    "`metainfer bench serve` through the bench's own parsers (`add_bench_parsers`), as the CLI registers them."
+    """`metainfer bench serve` through the bench's own parsers (`add_bench_parsers`), as the CLI
+    registers them."""
     import argparse
     from metainfer.bench import add_bench_parsers
 
@@ -664,7 +673,8 @@ def test_bench_serve_command(server, tmp_path, capsys):
 
 
 def test_serve_command(ckpt):
-    "`metainfer serve` binds the port the OS picks, takes its key from the environment, and stops on SIGINT."
+    """`metainfer serve` binds the port the OS picks, takes its key from the environment, and stops
+    on SIGINT."""
     exe = Path(sys.executable).parent / "metainfer"
     env = os.environ | {"METAINFER_API_KEY": "env-key", "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen(

@@ -1,7 +1,10 @@
-"""Acceptance (issue 6, part 3): malformed requests get a 4xx with OpenAI's error JSON, and the server keeps serving.
+"""Acceptance (issue 6, part 3): malformed requests get a 4xx with OpenAI's error JSON, and the
+server keeps serving.
 
-Each case is sent raw (bytes, headers, method), then a normal request must still succeed. Unknown fields are
-*ignored* (see the server notebook), so they are not in this list: `test_server.py` checks that they work."""
+Each case is sent raw (bytes, headers, method), then a normal request must still succeed. Unknown
+fields are
+*ignored* (see the server notebook), so they are not in this list: `test_server.py` checks that they
+work."""
 
 import httpx
 import pytest
@@ -314,7 +317,8 @@ CASES = [
         "chat: image content part",
         "POST",
         CHAT,
-        b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}',
+        b'{"messages": [{"role": "user", "content": '
+        b'[{"type": "image_url", "image_url": {"url": "x"}}]}]}',
         AUTH,
         400,
         None,
@@ -525,7 +529,8 @@ def test_bad_request(http, name, method, path, body, headers, status, code):
 
 
 def test_bad_streaming_request_fails_before_the_stream(http):
-    "Validation happens before the response starts, so a streaming request gets a plain 400, not a broken stream."
+    """Validation happens before the response starts, so a streaming request gets a plain 400, not a
+    broken stream."""
     r = http.post(CMPL, headers=AUTH, json={"prompt": [1] * 300, "stream": True})
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
 

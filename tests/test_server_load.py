@@ -1,7 +1,9 @@
-"""Acceptance (issue 6, part 2): 256 concurrent streams of mixed lengths, and clients that disconnect.
+"""Acceptance (issue 6, part 2): 256 concurrent streams of mixed lengths, and clients that
+disconnect.
 
-Every stream gets exactly its number of tokens, and afterwards the KV pool (read from /metrics) has every block
-back; clients that leave mid-stream, or while waiting for a non-streaming answer, are aborted."""
+Every stream gets exactly its number of tokens, and afterwards the KV pool (read from /metrics) has
+every block back; clients that leave mid-stream, or while waiting for a non-streaming answer, are
+aborted."""
 
 import asyncio
 import random
@@ -149,8 +151,9 @@ def test_non_streaming_client_that_leaves_is_aborted(server):
 
 
 def test_clients_that_leave_with_several_choices(server, caplog):
-    """A client that leaves a request of several prompts and `n` choices, streamed or not, aborts every choice's
-    engine request, and nothing is logged as an error (no task or future left behind unread)."""
+    """A client that leaves a request of several prompts and `n` choices, streamed or not, aborts
+    every choice's engine request, and nothing is logged as an error (no task or future left behind
+    unread)."""
     before = metrics(server)
     aborted = 'request_success_total{finished_reason="abort"}'
     body = {"prompt": ["hi", "there"], "n": 3, "max_tokens": 2000, "ignore_eos": True}
@@ -165,7 +168,8 @@ def test_clients_that_leave_with_several_choices(server, caplog):
 
 
 def test_clients_that_leave_before_the_first_token(server):
-    "Raw sockets send a streaming request and close at once, or right after the status line: nothing stays behind."
+    """Raw sockets send a streaming request and close at once, or right after the status line:
+    nothing stays behind."""
     import json
     import socket
     from urllib.parse import urlparse

@@ -1,7 +1,9 @@
 """Tool calls and reasoning through the server, with the official `openai` client.
 
-The served model is the real tiny engine whose logits are overridden step by step to write a chosen text (a
-"scripted" model): the tokens then go through the real scheduler, detokenizer, stop handling, streaming and parsing."""
+The served model is the real tiny engine whose logits are overridden step by step to write a chosen
+text (a "scripted" model): the tokens then go through the real scheduler, detokenizer, stop
+handling,
+streaming and parsing."""
 
 import json
 import openai
@@ -26,14 +28,17 @@ TOOLS = [
 ]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 ANSWER = (
-    '<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n{"name": "get_weather", '
-    '"arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
+    '<think>\nThe user wants the weather.\n</think>\n\nLet me look.\n<tool_call>\n{"name": '
+    '"get_weather", '
+    '"arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "now", "arguments": '
+    "{}}\n</tool_call>"
 )
 CALLS = [("get_weather", {"city": "Paris"}), ("now", {})]
 
 
 class Script:
-    "Wraps a model's `compute_logits` so that its next calls pick the given token ids, one per call (one request at a time)."
+    """Wraps a model's `compute_logits` so that its next calls pick the given token ids, one per
+    call (one request at a time)."""
 
     def __init__(self, model):
         self.compute, self.ids = model.compute_logits, []
@@ -134,7 +139,8 @@ def test_a_call_that_is_not_json_stays_in_the_content(served, client):
 
 
 def test_tool_results_are_rendered_by_the_template(served, client):
-    "A second turn sends the calls and their results back: the prompt is the template's rendering of those messages."
+    """A second turn sends the calls and their results back: the prompt is the template's rendering
+    of those messages."""
     _, _, tok = served
     calls = [
         {
@@ -191,7 +197,8 @@ def test_reasoning_cut_off_by_max_tokens(served, client):
 
 
 def test_a_tag_in_the_question_is_no_reasoning(served, client):
-    "Only a prompt that ends by opening <think> starts the output inside the reasoning; a user may write the tag."
+    """Only a prompt that ends by opening <think> starts the output inside the reasoning; a user may
+    write the tag."""
     will_write(served, "It is a tag.")
     r = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "What is <think>"}], max_tokens=20
@@ -203,7 +210,8 @@ def test_a_tag_in_the_question_is_no_reasoning(served, client):
 
 
 def test_tool_choice_required_or_named_starts_the_call(served, client):
-    "A named function (or `required`) starts the reply with that call (or a call); the model writes the rest."
+    """A named function (or `required`) starts the reply with that call (or a call); the model
+    writes the rest."""
     _, _, tok = served
     will_write(served, '{"city": "Paris"}}\n</tool_call>')
     r = client.chat.completions.create(
@@ -257,7 +265,8 @@ RESPONSE_TOOLS = [
 
 
 def test_responses_api_items(served, client):
-    "/v1/responses: reasoning, message and function_call items, streamed (events in order) and not, alike."
+    """/v1/responses: reasoning, message and function_call items, streamed (events in order) and
+    not, alike."""
     will_write(served, ANSWER)
     r = client.responses.create(
         model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, max_output_tokens=100
@@ -318,7 +327,8 @@ def test_responses_api_items(served, client):
 
 
 def test_responses_api_second_turn_and_limits(served, client):
-    "Earlier calls and their outputs go back as input items: the prompt is the chat's; max_output_tokens marks it incomplete."
+    """Earlier calls and their outputs go back as input items: the prompt is the chat's;
+    max_output_tokens marks it incomplete."""
     _, _, tok = served
     first = [
         {

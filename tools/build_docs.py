@@ -16,7 +16,8 @@ Steps:
      and run `mkdocs build --strict` with it. The site lands in docs/site/.
 
 Usage:
-  python tools/build_docs.py [--nbs DIR] [--docs DIR] [--site DIR] [--no-strict] [--hide-exports] [--serve]
+  python tools/build_docs.py [--nbs DIR] [--docs DIR] [--site DIR] [--no-strict] [--hide-exports]
+  [--serve]
 Environment: NBS_DIR and DOCS_DIR override the defaults (settings.ini nbs_path, docs/).
 Needs mkdocs, mkdocs-material and mkdocs-jupyter (the dev extras) in the running interpreter.
 """
@@ -88,7 +89,8 @@ def md_title(path: Path) -> str | None:
 
 
 def docs_nav(stage: Path, rel_dir: Path, have_index: bool) -> list:
-    "Nav entries for the markdown pages copied from docs/ (files first, then one section per folder)."
+    """Nav entries for the markdown pages copied from docs/ (files first, then one section per
+    folder)."""
     here = stage / rel_dir
     pages = sorted(p for p in here.glob("*.md"))
     pages.sort(key=lambda p: p.name != "index.md")
@@ -125,7 +127,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--hide-exports",
         action="store_true",
-        help="also drop `#| export`/`#| exporti` cells, as nbdev_docs does (it shows show_doc instead)",
+        help="also drop `#| export`/`#| exporti` cells, as nbdev_docs does (it shows show_doc "
+        "instead)",
     )
     ap.add_argument(
         "--serve", action="store_true", help="stage, then `mkdocs serve` instead of build"
@@ -205,7 +208,8 @@ def main(argv=None) -> int:
                 "INHERIT": str(args.config.resolve()),
                 "docs_dir": str(stage),
                 "site_dir": str(site),
-                "use_directory_urls": False,  # pages are x.html, so the site also works opened from disk
+                # pages are x.html, so the site also works opened from disk
+                "use_directory_urls": False,
                 "nav": nav,
             },
             indent=2,
@@ -217,7 +221,8 @@ def main(argv=None) -> int:
     if not args.serve:
         cmd += ["--clean"] + ([] if args.no_strict else ["--strict"])
     print(
-        f"build_docs: staged {len(notebooks)} notebook(s) + docs pages in {stage}; running: {' '.join(cmd[2:])}"
+        f"build_docs: staged {len(notebooks)} notebook(s) + docs pages in {stage}; running: "
+        f"{' '.join(cmd[2:])}"
     )
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # silence Material's end-of-life banner
     r = subprocess.run(cmd, cwd=T.ROOT, env=env)

@@ -1,8 +1,11 @@
-"""Host-side costs that a GPU run only shows as idle time, measured on the CPU. Writes a JSON with its command.
+"""Host-side costs that a GPU run only shows as idle time, measured on the CPU. Writes a JSON with
+its command.
 
 Usage:  python tools/cpu_host_bench.py --out docs/benchmarks/cpu-host.json
-- control message rank 0 -> 1 (a decode StepInput): gloo `broadcast_object_list` vs `ControlChannel` (shared memory)
-- one engine decode step's host work at B=256 (schedule, prepare, postprocess, outputs; the model replaced by
+- control message rank 0 -> 1 (a decode StepInput): gloo `broadcast_object_list` vs `ControlChannel`
+(shared memory)
+- one engine decode step's host work at B=256 (schedule, prepare, postprocess, outputs; the model
+replaced by
   fixed token ids) and `DecodeGraphs.replay`'s staging of that step (graph faked), tiny Qwen3 model.
 """
 

@@ -1,10 +1,11 @@
 """Time the paged decode attention kernel's launch options on a GPU, at Qwen3-8B's attention shape.
 
 Usage (GPU):  python tools/decode_tiles.py --out results/decode-tiles-h200.json
-For each case (batch, contexts), every candidate (`block_n`, `num_warps`, `num_stages`) of `paged_decode` is checked
-against the torch reference and timed (`triton.testing.do_bench`, median); the JSON lists all timings with the KV
-bytes read and the resulting bandwidth, the best candidate per case, and the exact command. The split count is the
-engine's (`decode_splits`, from `max_seqlen_k` = the max model length, as in the CUDA graphs).
+For each case (batch, contexts), every candidate (`block_n`, `num_warps`, `num_stages`) of
+`paged_decode` is checked against the torch reference and timed (`triton.testing.do_bench`, median);
+the JSON lists all timings with the KV bytes read and the resulting bandwidth, the best candidate
+per case, and the exact command. The split count is the engine's (`decode_splits`, from
+`max_seqlen_k` = the max model length, as in the CUDA graphs).
 """
 
 import argparse
@@ -80,7 +81,8 @@ def main() -> None:
         )
         res["cases"][name] = {"kv_bytes": kv_bytes, "default": rows[0], "best": best, "all": rows}
         print(
-            f"{name}: default {rows[0].get('us', float('nan')):.1f} us ({rows[0].get('GBps', 0):.0f} GB/s of K/V), "
+            f"{name}: default {rows[0].get('us', float('nan')):.1f} us "
+            f"({rows[0].get('GBps', 0):.0f} GB/s of K/V), "
             f"best {best['us']:.1f} us ({best['GBps']:.0f} GB/s) with {best['options']}",
             flush=True,
         )

@@ -1,24 +1,29 @@
 """One device call: checks and benchmarks on an H200 machine, results into $OUT/results.tar.gz.
 
 Usage (on the device machine, from the repo root):  python3 tools/gpu_session.py STAGE [STAGE ...]
-Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement, latency-peers, latency-eager, throughput,
-graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency, allreduce, serve, deepseek, deepseek-latency, deepseek-throughput,
-deepseek-agreement, deepseek-tp2, deepseek-tp2-latency,
-agreement-b16, latency-ab, throughput-ab, eager-ab,
-tp2-latency-ab, deepseek-tp2-latency-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput: one call
-(570 s) holds about two of them.
+Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer, qwen-agreement,
+latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency,
+allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
+deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
+deepseek-tp2-latency-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput:
+one call (570 s) holds about two of them.
 
-The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic (for `serve`):
-carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g. from this repo's root:
+The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
+(for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
+from this repo's root:
   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-    nbdev==2.4.14 fastcore==1.14.5 execnb==0.1.18 ipython==9.18.1 ipython-pygments-lexers jedi parso \
-    matplotlib-inline pexpect ptyprocess prompt_toolkit wcwidth stack_data executing asttokens pure_eval traitlets \
-    astunparse fastgit ghapi fastspec watchdog decorator fastapi starlette pydantic pydantic-core uvicorn \
-    annotated-types typing-inspection annotated-doc opentelemetry-api
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .whl \
+    nbdev==2.4.14 fastcore==1.14.5 execnb==0.1.18 ipython==9.18.1 ipython-pygments-lexers jedi \
+    parso matplotlib-inline pexpect ptyprocess prompt_toolkit wcwidth stack_data executing \
+    asttokens pure_eval traitlets astunparse fastgit ghapi fastspec watchdog decorator fastapi \
+    starlette pydantic pydantic-core uvicorn annotated-types typing-inspection annotated-doc \
+    opentelemetry-api
 and start the device command with
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=$PWD:/tmp/site Each stage's JSON/PNG files land under
-$OUT/results/ (tarred at the end, so any number of files come back), and a line per stage is printed last.
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH=$PWD:/tmp/site
+Each stage's JSON/PNG files land under $OUT/results/ (tarred at the end, so any number of files come
+back), and a line per stage is printed last.
 """
 
 import json
@@ -51,7 +56,8 @@ T0, DEADLINE = (
 
 
 def sh(cmd: str, timeout: float = 580) -> int:
-    "Run `cmd`; past `timeout`, every process of it prints its Python stacks (SIGUSR1: faulthandler) and is killed."
+    """Run `cmd`; past `timeout`, every process of it prints its Python stacks (SIGUSR1:
+    faulthandler) and is killed."""
     print(f"\n$ {cmd}", flush=True)
     t = time.time()
     timeout = min(timeout, DEADLINE - (t - T0))
@@ -69,13 +75,15 @@ def sh(cmd: str, timeout: float = 580) -> int:
         rc = p.wait()
         rc = "TIMEOUT"
     summary.append(
-        f"{'ok ' if rc == 0 else 'FAIL' if rc != 'TIMEOUT' else 'HUNG'} {time.time() - t:6.1f}s  {cmd[:150]}"
+        f"{'ok ' if rc == 0 else 'FAIL' if rc != 'TIMEOUT' else 'HUNG'} {time.time() - t:6.1f}s  "
+        f"{cmd[:150]}"
     )
     return rc
 
 
 def keep() -> None:
-    "Results so far into $OUT/results.tar.gz (so they survive a kill) and /tmp/keep (for a later call on this machine)."
+    """Results so far into $OUT/results.tar.gz (so they survive a kill) and /tmp/keep (for a later
+    call on this machine)."""
     for f in RES.glob("*"):
         shutil.copy(f, KEEP / f.name)
     with tarfile.open(OUT / "results.tar.gz", "w:gz") as tar:
@@ -83,9 +91,11 @@ def keep() -> None:
 
 
 def bench(args: str, timeout: float = 300, at: Path | None = None) -> int:
-    "`metainfer bench ARGS`; `at`: a folder holding another `metainfer/`, run from there (`-m` puts the cwd first)."
+    """`metainfer bench ARGS`; `at`: a folder holding another `metainfer/`, run from there (`-m`
+    puts the cwd first)."""
     rc = sh(
-        f"{f'cd {at} && ' if at else ''}{PY} -m metainfer bench {args}{BENCH_FLAGS} --out {RES.resolve()}",
+        f"{f'cd {at} && ' if at else ''}{PY} -m metainfer bench {args}{BENCH_FLAGS} --out "
+        f"{RES.resolve()}",
         timeout,
     )
     keep()
@@ -93,7 +103,8 @@ def bench(args: str, timeout: float = 300, at: Path | None = None) -> int:
 
 
 def older_packages() -> list[Path]:
-    "The folders `.ab/REV` holding an older package (carried; made by `git archive REV metainfer | tar -x -C .ab/REV`)."
+    """The folders `.ab/REV` holding an older package (carried; made by `git archive REV metainfer |
+    tar -x -C .ab/REV`)."""
     return [p.parent for p in sorted(Path(".ab").glob("*/metainfer"))]
 
 
@@ -101,7 +112,10 @@ def checkpoint(name: str) -> Path:
     path = CKPT / name
     if not (path / "config.json").exists():
         sh(
-            f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{name}', dtype=torch.bfloat16, device='cuda', max_shard_size='5GB')" """
+            f"""{PY} -c "import torch; """
+            """from metainfer.testing import write_random_checkpoint as w; """
+            f"""w('{path}', '{name}', dtype=torch.bfloat16, device='cuda', """
+            """max_shard_size='5GB')" """
         )
     return path
 
@@ -109,21 +123,26 @@ def checkpoint(name: str) -> Path:
 def stage_env():
     sh("nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv")
     sh(
-        f'{PY} -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.device_count())"'
+        f'{PY} -c "import torch, triton, transformers; print(torch.__version__, '
+        'triton.__version__, transformers.__version__, torch.cuda.device_count())"'
     )
 
 
 def stage_smoke():
-    "Tiny Qwen3 and DeepSeek on the GPU: graphs/eager x async/sync scheduling give the same greedy tokens."
+    """Tiny Qwen3 and DeepSeek on the GPU: graphs/eager x async/sync scheduling give the same greedy
+    tokens."""
     global BENCH_FLAGS
     for preset in ("qwen3-tiny", "deepseek-v2-tiny"):
         path, out = CKPT / preset, RES / f"smoke-{preset}.json"
         if not (path / "config.json").exists():
             sh(
-                f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """
+                f"""{PY} -c "import torch; """
+                """from metainfer.testing import write_random_checkpoint as w; """
+                f"""w('{path}', '{preset}', dtype=torch.bfloat16)" """
             )
         rc = sh(
-            f"{PY} tools/graphs_identity.py {path} --tokens 64 --modes graphs,graphs-sync,eager,eager-sync --out {out}",
+            f"{PY} tools/graphs_identity.py {path} --tokens 64 --modes "
+            f"graphs,graphs-sync,eager,eager-sync --out {out}",
             150,
         )
         if rc != 0 or not json.loads(out.read_text())["identical"]:
@@ -135,15 +154,19 @@ def stage_smoke():
 
 
 def stage_smoke_tp2():
-    "Tiny Qwen3 and DeepSeek at TP=2: graphs / graphs with NCCL-only all-reduces (no fused all-reduce + norm) / eager give the same tokens."
+    """Tiny Qwen3 and DeepSeek at TP=2: graphs / graphs with NCCL-only all-reduces (no fused
+    all-reduce + norm) / eager give the same tokens."""
     for preset in os.environ.get("SMOKE_PRESETS", "qwen3-tiny deepseek-v2-tiny").split():
         path = CKPT / preset
         if not (path / "config.json").exists():
             sh(
-                f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', '{preset}', dtype=torch.bfloat16)" """
+                f"""{PY} -c "import torch; """
+                """from metainfer.testing import write_random_checkpoint as w; """
+                f"""w('{path}', '{preset}', dtype=torch.bfloat16)" """
             )
         sh(
-            f"{PY} tools/graphs_identity.py {path} -tp 2 --tokens 64 --modes graphs,graphs-nccl,eager "
+            f"{PY} tools/graphs_identity.py {path} -tp 2 --tokens 64 --modes "
+            "graphs,graphs-nccl,eager "
             f"--out {RES}/smoke-tp2-{preset}.json",
             240,
         )
@@ -151,11 +174,14 @@ def stage_smoke_tp2():
 
 
 def stage_tp2_twice():
-    "Two TP=2 engines one after the other in one process: the second must start (NCCL all-reduces, a warning), not hang."
+    """Two TP=2 engines one after the other in one process: the second must start (NCCL all-reduces,
+    a warning), not hang."""
     path = CKPT / "qwen3-tiny"
     if not (path / "config.json").exists():
         sh(
-            f"""{PY} -c "import torch; from metainfer.testing import write_random_checkpoint as w; w('{path}', 'qwen3-tiny', dtype=torch.bfloat16)" """
+            f"""{PY} -c "import torch; """
+            """from metainfer.testing import write_random_checkpoint as w; """
+            f"""w('{path}', 'qwen3-tiny', dtype=torch.bfloat16)" """
         )
     script = (
         KEEP.parent / "tp2_twice.py"
@@ -196,7 +222,8 @@ def stage_qwen8b():
     m = checkpoint("Qwen3-8B")
     bench(f"agreement {m} {AGREE_B1} --control --name agreement-qwen3-8b-b1")
     bench(
-        f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5 --name agreement-qwen3-8b-b16"
+        f"agreement {m} --batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization "
+        "0.5 --name agreement-qwen3-8b-b16"
     )
     bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf")
     bench(f"latency {m} --batch-size 1 --enforce-eager --name latency-qwen3-8b-b1-eager --profile")
@@ -206,7 +233,8 @@ def stage_qwen8b():
 def stage_latency_peers():
     m = checkpoint("Qwen3-8B")
     bench(
-        f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf --peer-modes {os.environ.get('PEER_MODES', 'eager')}",
+        f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs --profile --peer hf "
+        f"--peer-modes {os.environ.get('PEER_MODES', 'eager')}",
         300,
     )
 
@@ -220,19 +248,22 @@ def stage_pdl_modes():
 
 
 def stage_hf_compile_peer():
-    """HF transformers with a static cache + torch.compile in the same run as ours (one compiled one-token step; the
-    `generate`-based version compiled two graphs and took > 160 s in run3)."""
+    """HF transformers with a static cache + torch.compile in the same run as ours (one compiled
+    one-token step; the `generate`-based version compiled two graphs and took > 160 s in run3)."""
     bench(
-        f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile",
+        f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name "
+        "latency-qwen3-8b-b1-vs-hf-compile --peer hf --peer-modes eager,compile",
         540,
     )
 
 
-AGREE_B1 = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"  # every B=1 agreement run
+# every B=1 agreement run
+AGREE_B1 = "--batch-size 1 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
 
 
 def tp1_reference(stem: str, make) -> Path:
-    "The TP=1 agreement run that TP=N runs compare with: kept on this machine (same code, same weights), else made now."
+    """The TP=1 agreement run that TP=N runs compare with: kept on this machine (same code, same
+    weights), else made now."""
     ref = KEEP / f"{stem}.json"
     if not ref.exists():
         make()
@@ -240,13 +271,15 @@ def tp1_reference(stem: str, make) -> Path:
 
 
 def stage_qwen_agreement():
-    "TP=1 teacher-forced agreement with HF bf16 (B=1), keeping our top-2 gaps: the TP=N runs' reference."
+    """TP=1 teacher-forced agreement with HF bf16 (B=1), keeping our top-2 gaps: the TP=N runs'
+    reference."""
     bench(f"agreement {checkpoint('Qwen3-8B')} {AGREE_B1} --name agreement-qwen3-8b-b1", 150)
 
 
 def stage_latency_eager():
     bench(
-        f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 --repeat 3 --name latency-qwen3-8b-b1-eager --profile --host-profile",
+        f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128 "
+        "--repeat 3 --name latency-qwen3-8b-b1-eager --profile --host-profile",
         90,
     )
 
@@ -256,10 +289,12 @@ def stage_throughput():
 
 
 def stage_throughput_ab():
-    "Stage throughput with each `older_packages()`, in the same call as the current one, so both see the same GPU."
+    """Stage throughput with each `older_packages()`, in the same call as the current one, so both
+    see the same GPU."""
     for at in older_packages():
         bench(
-            f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-at-{at.name} --profile",
+            f"throughput {checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-at-{at.name} "
+            "--profile",
             120,
             at,
         )
@@ -269,16 +304,18 @@ def stage_latency_ab():
     "Stage latency-peers' B=1 run (no peer) with each `older_packages()`, as stage throughput-ab."
     for at in older_packages():
         bench(
-            f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name latency-qwen3-8b-b1-graphs-at-{at.name} --profile",
+            f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --name "
+            f"latency-qwen3-8b-b1-graphs-at-{at.name} --profile",
             120,
             at,
         )
 
 
 def stage_eager_ab():
-    """Stage latency-eager's B=1 run (no profiles) with each `older_packages()`, then the current one, in the same call.
-    Eager figures follow the host, which varied up to 1.8x within a call (run41, run42): the current package measures
-    three times (`--repeat`, a host probe after each), as does an older package that has the option (else once)."""
+    """Stage latency-eager's B=1 run (no profiles) with each `older_packages()`, then the current
+    one, in the same call. Eager figures follow the host, which varied up to 1.8x within a call
+    (run41, run42): the current package measures three times (`--repeat`, a host probe after each),
+    as does an older package that has the option (else once)."""
     for at in [*older_packages(), None]:
         name = f"latency-qwen3-8b-b1-eager{f'-at-{at.name}' if at else ''}"
         src = at / "metainfer" / "bench.py" if at else None  # older packages: one bench module
@@ -288,7 +325,8 @@ def stage_eager_ab():
             else ""
         )
         bench(
-            f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len 128{repeat} --name {name}",
+            f"latency {checkpoint('Qwen3-8B')} --batch-size 1 --enforce-eager --output-len "
+            f"128{repeat} --name {name}",
             90,
             at,
         )
@@ -312,12 +350,14 @@ def stage_tp2():
 
 
 def stage_agreement_b16():
-    "B=16 (4,096 positions): TP=1 against HF bf16 (keeping our gaps), then TP=2 against that TP=1 run."
+    """B=16 (4,096 positions): TP=1 against HF bf16 (keeping our gaps), then TP=2 against that TP=1
+    run."""
     m, ref = checkpoint("Qwen3-8B"), KEEP / "agreement-qwen3-8b-b16.json"
     common = "--batch-size 16 --input-len 64 --output-len 256 --gpu-memory-utilization 0.5"
     if bench(f"agreement {m} {common} --name {ref.stem}", 180) == 0:
         bench(
-            f"agreement {m} -tp 2 {common} --against {ref} --name agreement-qwen3-8b-b16-tp2-vs-tp1",
+            f"agreement {m} -tp 2 {common} --against {ref} --name "
+            "agreement-qwen3-8b-b16-tp2-vs-tp1",
             150,
         )
 
@@ -325,26 +365,30 @@ def stage_agreement_b16():
 def stage_tp2_latency():
     "TP=2 B=1 decode with CUDA graphs (the speed half of stage tp2)."
     bench(
-        f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 --profile --host-profile",
+        f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1 --name latency-qwen3-8b-b1-tp2 "
+        "--profile --host-profile",
         150,
     )
 
 
 def bench_ab(args: str, name: str, timeout: float) -> None:
-    "`metainfer bench ARGS` with each `older_packages()` (`--name NAME-at-REV`), then the current one (`NAME-ab`)."
+    """`metainfer bench ARGS` with each `older_packages()` (`--name NAME-at-REV`), then the current
+    one (`NAME-ab`)."""
     for at in [*older_packages(), None]:
         bench(f"{args} --name {name}-{f'at-{at.name}' if at else 'ab'}", timeout, at)
 
 
 def stage_tp2_latency_ab():
-    "Stage tp2-latency's run (no profiles) with each `older_packages()`, then the current one, in the same call."
+    """Stage tp2-latency's run (no profiles) with each `older_packages()`, then the current one, in
+    the same call."""
     bench_ab(
         f"latency {checkpoint('Qwen3-8B')} -tp 2 --batch-size 1", "latency-qwen3-8b-b1-tp2", 150
     )
 
 
 def stage_tp4():
-    "Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1, then B=1 decode with graphs (profile: the all-reduce share)."
+    """Issue 7 on nvidia-h200-x4: Qwen3-8B TP=4 against TP=1, then B=1 decode with graphs (profile:
+    the all-reduce share)."""
     m, ref = checkpoint("Qwen3-8B"), tp1_reference("agreement-qwen3-8b-b1", stage_qwen_agreement)
     bench(
         f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-qwen3-8b-tp4-vs-tp1", 180
@@ -356,7 +400,8 @@ def stage_tp4():
 
 
 def stage_tp4_eager():
-    "Issue 7: Qwen3-8B TP=4 B=1 eager (the seed's bottom line: >= 54 tok/s), and the 4-GPU all-reduce table."
+    """Issue 7: Qwen3-8B TP=4 B=1 eager (the seed's bottom line: >= 54 tok/s), and the 4-GPU
+    all-reduce table."""
     bench(
         f"latency {checkpoint('Qwen3-8B')} -tp 4 --enforce-eager --batch-size 1 --output-len 64 "
         f"--name latency-qwen3-8b-b1-tp4-eager --profile",
@@ -375,14 +420,16 @@ def stage_deepseek_tp4():
         f"agreement {m} -tp 4 {AGREE_B1} --against {ref} --name agreement-dsv2lite-tp4-vs-tp1", 180
     )
     bench(
-        f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 --profile",
+        f"latency {m} -tp 4 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp4 "
+        "--profile",
         150,
     )
 
 
 def stage_deepseek_tp4_throughput():
     bench(
-        f"throughput {checkpoint('DeepSeek-V2-Lite')} -tp 4 --name throughput-dsv2lite-tp4 --profile",
+        f"throughput {checkpoint('DeepSeek-V2-Lite')} -tp 4 --name throughput-dsv2lite-tp4 "
+        "--profile",
         200,
     )
 
@@ -398,10 +445,12 @@ def stage_graphs_identity():
 
 
 def stage_tp2_eager():
-    "TP=2 without CUDA graphs: separates graph capture from communication (the graphs run hung on 2026-11-29)."
+    """TP=2 without CUDA graphs: separates graph capture from communication (the graphs run hung on
+    2026-11-29)."""
     m = checkpoint("Qwen3-8B")
     bench(
-        f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name latency-qwen3-8b-b1-tp2-eager",
+        f"latency {m} -tp 2 --enforce-eager --batch-size 1 --output-len 64 --name "
+        "latency-qwen3-8b-b1-tp2-eager",
         120,
     )
 
@@ -441,7 +490,8 @@ def stage_serve():
             except Exception:
                 time.sleep(0.5)
         sh(
-            f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency 1,16,64 --input-len 256 "
+            f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency "
+            "1,16,64 --input-len 256 "
             f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200",
             150,
         )
@@ -452,13 +502,15 @@ def stage_serve():
 
 
 def stage_deepseek():
-    "DeepSeek-V2-Lite on one GPU: agreement with HF, B=1 decode with the HF eager peer (HF's MoE is slow: 128 tokens)."
+    """DeepSeek-V2-Lite on one GPU: agreement with HF, B=1 decode with the HF eager peer (HF's MoE
+    is slow: 128 tokens)."""
     stage_deepseek_agreement()
     stage_deepseek_latency()
 
 
 def stage_deepseek_agreement():
-    "DeepSeek-V2-Lite teacher-forced top-1 agreement with HF bf16 on the same weights, B=1, 256 positions."
+    """DeepSeek-V2-Lite teacher-forced top-1 agreement with HF bf16 on the same weights, B=1, 256
+    positions."""
     bench(
         f"agreement {checkpoint('DeepSeek-V2-Lite')} {AGREE_B1} --name agreement-dsv2lite-b1", 180
     )
@@ -466,7 +518,8 @@ def stage_deepseek_agreement():
 
 def stage_deepseek_latency():
     bench(
-        f"latency {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --output-len 128 --name latency-dsv2lite-b1 --profile "
+        f"latency {checkpoint('DeepSeek-V2-Lite')} --batch-size 1 --output-len 128 --name "
+        "latency-dsv2lite-b1 --profile "
         f"--peer hf --peer-modes eager",
         180,
     )
@@ -479,13 +532,15 @@ def stage_deepseek_throughput():
 def stage_deepseek_tp2_latency():
     "DeepSeek-V2-Lite TP=2 / EP=2 B=1 decode (the speed half of stage deepseek-tp2)."
     bench(
-        f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name latency-dsv2lite-b1-tp2 --profile",
+        f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128 --name "
+        "latency-dsv2lite-b1-tp2 --profile",
         150,
     )
 
 
 def stage_deepseek_tp2_latency_ab():
-    "Stage deepseek-tp2-latency's run (no profile) with each `older_packages()`, then the current one, in the same call."
+    """Stage deepseek-tp2-latency's run (no profile) with each `older_packages()`, then the current
+    one, in the same call."""
     bench_ab(
         f"latency {checkpoint('DeepSeek-V2-Lite')} -tp 2 --batch-size 1 --output-len 128",
         "latency-dsv2lite-b1-tp2",

@@ -1,12 +1,13 @@
-"""Greedy tokens with and without CUDA graphs (and async scheduling), on one checkpoint: are they identical?
-(issue 4, acceptance 1)
+"""Greedy tokens with and without CUDA graphs (and async scheduling), on one checkpoint: are they
+identical? (issue 4, acceptance 1)
 
-Usage (GPU):  python tools/graphs_identity.py MODEL_DIR --out results/graphs-identity.json [--modes graphs,eager,graphs-sync]
-Random-token prompts (B=1 and B=16, 16-64 tokens), 128 greedy tokens each, EOS ignored, and a batch of 5 that mixes in
-logprobs, prompt logprobs, penalties, a logit bias and min_tokens (`B=5+`); the JSON lists, per prompt and
-per mode, the first position where the mode differs from the first mode (null: identical), and the exact command.
-Modes: `graphs` / `eager` (CUDA graphs on / off), with `-sync` for async scheduling off and `-nccl` for NCCL
-all-reduces only (no symmetric-memory one-shot, no fused all-reduce + add + RMSNorm: with `-tp 2` that checks the
+Usage (GPU):  python tools/graphs_identity.py MODEL_DIR --out results/graphs-identity.json [--modes
+graphs,eager,graphs-sync] Random-token prompts (B=1 and B=16, 16-64 tokens), 128 greedy tokens each,
+EOS ignored, and a batch of 5 that mixes in logprobs, prompt logprobs, penalties, a logit bias and
+min_tokens (`B=5+`); the JSON lists, per prompt and per mode, the first position where the mode
+differs from the first mode (null: identical), and the exact command. Modes: `graphs` / `eager`
+(CUDA graphs on / off), with `-sync` for async scheduling off and `-nccl` for NCCL all-reduces only
+(no symmetric-memory one-shot, no fused all-reduce + add + RMSNorm: with `-tp 2` that checks the
 fused kernel against the unfused path, bit for bit).
 """
 
@@ -47,7 +48,8 @@ def greedy(
 
 
 def batch_params(name: str, tokens: int, n: int) -> list[SamplingParams]:
-    "Plain greedy requests; the batch named `...+` mixes in logprobs, prompt logprobs, penalties, a logit bias, min_tokens."
+    """Plain greedy requests; the batch named `...+` mixes in logprobs, prompt logprobs, penalties,
+    a logit bias, min_tokens."""
     plain = dict(temperature=0, max_tokens=tokens, ignore_eos=True)
     extras = [
         {},
@@ -101,7 +103,9 @@ def main() -> None:
         return
     if args.tensor_parallel_size == 1:
         runs = {m: greedy(args.model, m, batches, args.tokens) for m in modes}
-    else:  # a second TP engine in one process hangs in symmetric-memory rendezvous (run37): one process per mode
+    # a second TP engine in one process hangs in symmetric-memory rendezvous (run37): one process
+    # per mode
+    else:
         import subprocess
         import tempfile
 

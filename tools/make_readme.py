@@ -6,7 +6,8 @@
   * code cells become ```python fences, with their `#| ...` directive lines removed;
   * stored outputs: stream and text/plain outputs become ``` blocks, text/markdown outputs
     (e.g. show_doc) are inlined as markdown; errors and images are left out;
-  * nbdev directives are honoured: `#| hide`, `#| default_exp` and `#| include: false` drop the cell,
+  * nbdev directives are honoured: `#| hide`, `#| default_exp` and `#| include: false` drop the
+  cell,
     `#| hide_input` / `#| echo: false` show only the outputs, `#| hide_output` / `#| output: false`
     only the code.
 
@@ -123,7 +124,8 @@ def main(argv=None) -> int:
             print(f"make_readme: {args.out.name} is in sync with {nb_name}")
             return 0
         print(
-            f"make_readme: {args.out} is out of sync with {nb_name}; run `make readme` and commit it."
+            f"make_readme: {args.out} is out of sync with {nb_name}; run `make readme` and commit "
+            "it."
         )
         diff = difflib.unified_diff(
             (have or "").splitlines(True),

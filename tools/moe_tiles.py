@@ -1,9 +1,11 @@
-"""Time the grouped-GEMM tile candidates of `fused_moe` on a GPU, at DeepSeek-V2-Lite's expert shapes.
+"""Time the grouped-GEMM tile candidates of `fused_moe` on a GPU, at DeepSeek-V2-Lite's expert
+shapes.
 
 Usage (GPU):  python tools/moe_tiles.py --out results/moe-tiles-h200.json
-For each batch (tokens), every candidate of `moe_tiles` is checked against the torch reference and timed
-(`triton.testing.do_bench`, median); the JSON lists all timings with the bytes of expert weights touched, the best
-candidate per batch, and the exact command. The defaults in `metainfer.kernels.triton_moe.moe_tiles` are then set from it.
+For each batch (tokens), every candidate of `moe_tiles` is checked against the torch reference and
+timed (`triton.testing.do_bench`, median); the JSON lists all timings with the bytes of expert
+weights touched, the best candidate per batch, and the exact command. The defaults in
+`metainfer.kernels.triton_moe.moe_tiles` are then set from it.
 """
 
 import argparse

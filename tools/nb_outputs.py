@@ -1,9 +1,10 @@
 """Run one notebook's cells as `nbdev_test --flags cuda` does, then print what every cell printed.
 
 Usage (GPU):  python tools/nb_outputs.py nbs/03a_triton_kernels.ipynb
-`nbdev_test` keeps cell output to itself, so the numbers the `#| cuda` cells print (relative errors, kernel timings)
-would never reach a GPU run's log. This runs the same cells (all but `#| slow` ones and `#| eval: false`), prints
-their stream output in order, and exits non-zero with the traceback if a cell fails.
+`nbdev_test` keeps cell output to itself, so the numbers the `#| cuda` cells print (relative errors,
+kernel timings) would never reach a GPU run's log. This runs the same cells (all but `#| slow` ones
+and `#| eval: false`), prints their stream output in order, and exits non-zero with the traceback if
+a cell fails.
 """
 
 import sys

@@ -124,8 +124,8 @@ def clean_stream(s: str) -> str:
 
 
 def list_notebooks(nbs_dir: Path):
-    """Notebooks in site order: index.ipynb first, then the rest in reading order: by file name (`15_cli`,
-    `16a_protocol`, ... wherever their folder is), then by relative path.
+    """Notebooks in site order: index.ipynb first, then the rest in reading order: by file name
+    (`15_cli`, `16a_protocol`, ... wherever their folder is), then by relative path.
 
     Like nbdev, files and folders whose names start with `_` or `.` are skipped.
     """

@@ -1,9 +1,10 @@
-"""One picture of a benchmark folder: measured against target and against the limit measured in the same run.
+"""One picture of a benchmark folder: measured against target and against the limit measured in the
+same run.
 
 Usage:  python tools/plot_summary.py docs/benchmarks/h200-2026-11-29 run7 [run8 ...]
-Reads PREFIX-*.json written by `metainfer bench` (and `metainfer bench serve`) in FOLDER (for each name, the file of
-the last PREFIX that has it); writes FOLDER/PREFIX-summary.png named after the last PREFIX. A panel whose runs are
-missing is left out.
+Reads PREFIX-*.json written by `metainfer bench` (and `metainfer bench serve`) in FOLDER (for each
+name, the file of the last PREFIX that has it); writes FOLDER/PREFIX-summary.png named after the
+last PREFIX. A panel whose runs are missing is left out.
 """
 
 import json
@@ -108,7 +109,8 @@ def draw_serving(ax, serve, **_):
 
 
 def draw_deepseek(ax, ds, ds_tp2, ds_thr, **_):
-    "B=1 decode (1 GPU, TP=2/EP=2) and offline throughput / 10, against targets and the active-weight roofline."
+    """B=1 decode (1 GPU, TP=2/EP=2) and offline throughput / 10, against targets and the
+    active-weight roofline."""
     rows = [
         (n, v, t, lim)
         for n, v, t, lim in (

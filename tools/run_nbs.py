@@ -1,7 +1,9 @@
-"""Execute notebooks in place so their outputs (results, show_doc tables) are stored for the docs site.
+"""Execute notebooks in place so their outputs (results, show_doc tables) are stored for the docs
+site.
 
 Cells flagged `#| cuda`, `#| slow` or `#| eval: false` are skipped, as nbdev_test skips them on CPU.
-Usage: python tools/run_nbs.py [nbs/NAME.ipynb ...]   (default: every notebook in nbs/); then run nbdev_clean.
+Usage: python tools/run_nbs.py [nbs/NAME.ipynb ...]   (default: every notebook in nbs/); then run
+nbdev_clean.
 """
 
 import json

@@ -1,4 +1,5 @@
-"""The loop the GPU sweep tools share: time each candidate's launch options against a reference, keep the fastest."""
+"""The loop the GPU sweep tools share: time each candidate's launch options against a reference,
+keep the fastest."""
 
 from typing import Callable
 from torch import Tensor
@@ -8,8 +9,8 @@ def time_candidates(
     run: Callable[..., Tensor], ref: Tensor, candidates: list[dict], nbytes: int, tol: float = 1e-2
 ) -> tuple[list[dict], dict | None]:
     """Each candidate (keyword arguments of `run`): its relative error against `ref`, median µs
-    (`triton.testing.do_bench`) and GB/s over `nbytes`; a candidate that fails to compile or launch gets its error.
-    Returns every row and the fastest within `tol` (None if none is)."""
+    (`triton.testing.do_bench`) and GB/s over `nbytes`; a candidate that fails to compile or launch
+    gets its error. Returns every row and the fastest within `tol` (None if none is)."""
     from triton.testing import do_bench
     from metainfer.kernels.triton_elementwise import relative_error
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from metainfer.bench.common import (
+from .common import host_probe, measure_card, random_prompts
+from metainfer.bench.results import (
     add_offline_arguments,
     free_memory,
-    host_probe,
-    measure_card,
     print_summary,
-    random_prompts,
     result_name,
     run_record,
     start_engine,

@@ -8,7 +8,8 @@ import argparse
 import json
 import time
 from pathlib import Path
-from .common import bench_command, environment, time_cuda, write_json
+from .common import time_cuda
+from .results import bench_command, environment, write_json
 
 # %% auto #0
 __all__ = ['plot_allreduce', 'add_arguments', 'main']

@@ -8,15 +8,12 @@ import argparse
 import statistics
 import time
 from pathlib import Path
-from metainfer.bench.common import (
+from .common import decode_roofline, host_probe, measure_card, random_prompts
+from metainfer.bench.results import (
     add_offline_arguments,
-    decode_roofline,
     free_memory,
-    host_probe,
-    measure_card,
     plot_bars,
     print_summary,
-    random_prompts,
     result_name,
     run_record,
     start_engine,

@@ -7,275 +7,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
-import random
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-import numpy as np
-from .common import bench_command
+from .results import bench_command
+from .serve_driver import benchmark
 
 # %% auto #0
-__all__ = ['WORDS', 'lognormal_lengths', 'BenchRequest', 'sample_requests', 'RequestResult', 'is_token_event', 'send_request',
-           'stats_ms', 'summarize', 'request_body', 'run_level', 'benchmark', 'plot_results', 'save_results',
-           'add_arguments', 'parse_list', 'main']
+__all__ = ['plot_results', 'save_results', 'add_arguments', 'parse_list', 'main']
 
-# %% ../../nbs/bench/18h_serve.ipynb #c004
-def lognormal_lengths(
-    rng: random.Random, n: int, mean: float, sigma: float, lo: int, hi: int
-) -> list[int]:
-    "`n` lengths from a log-normal with the given mean, clipped to `[lo, hi]`."
-    mu = math.log(mean) - sigma**2 / 2
-    return [min(hi, max(lo, round(rng.lognormvariate(mu, sigma)))) for _ in range(n)]
-
-# %% ../../nbs/bench/18h_serve.ipynb #c006
-WORDS = (
-    "the of and to in is you that it he was for on are as with his they at be this have from "
-    "or one had by word but not what all were we when your can said there use an each which "
-    "she do how their if will up other about out many then them these so some her would make "
-    "like him into time has look two more write go see"
-).split()
-
-
-@dataclass
-class BenchRequest:
-    prompt: list[int] | str
-    output_len: int
-
-
-def sample_requests(
-    n: int,
-    seed: int = 0,
-    input_len: int = 256,
-    output_len: int = 128,
-    max_model_len: int = 4096,
-    chat: bool = False,
-    sigma_in: float = 1.0,
-    sigma_out: float = 0.8,
-    token_range: tuple[int, int] = (1000, 10000),
-) -> list[BenchRequest]:
-    "`n` seeded requests with chat-like random lengths that fit in `max_model_len`."
-    rng = random.Random(seed)
-    outs = lognormal_lengths(rng, n, output_len, sigma_out, 1, max_model_len // 2)
-    wanted = lognormal_lengths(rng, n, input_len, sigma_in, 4, max_model_len)
-    ins = [max(4, min(i, max_model_len - o - 32)) for i, o in zip(wanted, outs)]
-
-    def make(k):
-        if chat:
-            return " ".join(rng.choice(WORDS) for _ in range(k))
-        return [rng.randrange(*token_range) for _ in range(k)]
-
-    return [BenchRequest(make(i), o) for i, o in zip(ins, outs)]
-
-# %% ../../nbs/bench/18h_serve.ipynb #c009
-@dataclass
-class RequestResult:
-    ok: bool = False
-    error: str = ""
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    ttft: float = 0.0  # seconds to the first text chunk
-    latency: float = 0.0  # seconds to the end of the stream
-    itl: list[float] = field(default_factory=list)
-
-    @property
-    def tpot(self) -> float | None:
-        n = self.output_tokens
-        return (self.latency - self.ttft) / (n - 1) if n > 1 else None
-
-
-def is_token_event(chunk: dict) -> bool:
-    "Whether a streamed chunk of either endpoint carries text or the finish (not role or usage)."
-    c = (chunk.get("choices") or [{}])[0]
-    return bool(c.get("text") or (c.get("delta") or {}).get("content") or c.get("finish_reason"))
-
-
-async def send_request(session, url: str, body: dict, headers: dict) -> RequestResult:
-    "Stream one request and time its chunks."
-    r, start, last = RequestResult(), time.perf_counter(), None
-    try:
-        async with session.post(url, json=body, headers=headers) as resp:
-            if resp.status != 200:
-                r.error = f"HTTP {resp.status}: {(await resp.text())[:300]}"
-                return r
-            async for line in resp.content:
-                if not line.startswith(b"data: "):
-                    continue
-                data = line[6:].strip()
-                if data == b"[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    r.error = chunk["error"].get("message", "error")
-                    return r
-                if chunk.get("usage"):
-                    r.prompt_tokens = chunk["usage"]["prompt_tokens"]
-                    r.output_tokens = chunk["usage"]["completion_tokens"]
-                if is_token_event(chunk):
-                    now = time.perf_counter()
-                    if last is None:
-                        r.ttft = now - start
-                    else:
-                        r.itl.append(now - last)
-                    last = now
-        r.latency, r.ok = time.perf_counter() - start, last is not None and r.output_tokens > 0
-        if not r.ok:
-            r.error = "the stream ended without tokens or usage"
-    except Exception as e:
-        r.error = f"{type(e).__name__}: {e}"
-    return r
-
-# %% ../../nbs/bench/18h_serve.ipynb #c011
-def stats_ms(xs: list[float]) -> dict:
-    "Mean and p50/p90/p99 of durations in seconds, in milliseconds."
-    if not xs:
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
-    a = np.asarray(xs) * 1000
-    return {"mean": float(a.mean())} | {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
-
-
-def summarize(results: list[RequestResult], duration: float) -> dict:
-    "One level's metrics: counts, throughputs and TTFT/TPOT/ITL/end-to-end percentiles (ms)."
-    ok = [r for r in results if r.ok]
-    n_in, n_out = sum(r.prompt_tokens for r in ok), sum(r.output_tokens for r in ok)
-    return {
-        "completed": len(ok),
-        "failed": len(results) - len(ok),
-        "duration_s": duration,
-        "total_input_tokens": n_in,
-        "total_output_tokens": n_out,
-        "request_throughput": len(ok) / duration,
-        "output_throughput": n_out / duration,
-        "total_token_throughput": (n_in + n_out) / duration,
-        "ttft_ms": stats_ms([r.ttft for r in ok]),
-        "tpot_ms": stats_ms([r.tpot for r in ok if r.tpot is not None]),
-        "itl_ms": stats_ms([x for r in ok for x in r.itl]),
-        "e2el_ms": stats_ms([r.latency for r in ok]),
-        "errors": sorted({r.error for r in results if not r.ok})[:5],
-    }
-
-# %% ../../nbs/bench/18h_serve.ipynb #c013
-def request_body(
-    req: BenchRequest, model: str, chat: bool, temperature: float, ignore_eos: bool
-) -> dict:
-    "The JSON body of one streaming request to either endpoint."
-    body = {
-        "model": model,
-        "max_tokens": req.output_len,
-        "temperature": temperature,
-        "ignore_eos": ignore_eos,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if chat:
-        return body | {"messages": [{"role": "user", "content": req.prompt}]}
-    return body | {"prompt": req.prompt}
-
-
-async def run_level(
-    session,
-    url: str,
-    headers: dict,
-    bodies: list[dict],
-    concurrency: int | None,
-    request_rate: float = math.inf,
-    seed: int = 0,
-) -> dict:
-    "Send `bodies` at the given concurrency cap and/or Poisson rate; the level's summary."
-    sem, rng = asyncio.Semaphore(concurrency or len(bodies)), random.Random(seed)
-    if math.isinf(request_rate):
-        gaps = [0.0] * len(bodies)
-    else:
-        gaps = [rng.expovariate(request_rate) for _ in bodies]
-    starts = np.cumsum(gaps).tolist()
-
-    async def one(body, at):
-        await asyncio.sleep(at)
-        async with sem:
-            return await send_request(session, url, body, headers)
-
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*[one(b, at) for b, at in zip(bodies, starts)])
-    return summarize(results, time.perf_counter() - t0)
-
-# %% ../../nbs/bench/18h_serve.ipynb #c015
-async def _served_model(session, base_url: str, headers: dict, model: str | None) -> dict:
-    "The card of `model` (default: the first) from the server's `/v1/models`."
-    async with session.get(f"{base_url}/v1/models", headers=headers) as resp:
-        resp.raise_for_status()
-        return next(c for c in (await resp.json())["data"] if model in (None, c["id"]))
-
-
-async def benchmark(
-    base_url: str,  # e.g. http://127.0.0.1:8000
-    concurrency: list[int] | None = None,  # concurrency sweep (default: [1])
-    request_rate: list[float] | None = None,  # or a rate sweep, requests/s (`inf`)
-    max_concurrency: int | None = None,  # in-flight cap in a rate sweep
-    num_prompts: int | None = None,  # requests per level (default: above)
-    input_len: int = 256,  # mean prompt length, tokens
-    output_len: int = 128,  # mean completion length, tokens
-    endpoint: str = "completions",  # or "chat"
-    model: str | None = None,  # default: the server's first model
-    api_key: str | None = None,
-    seed: int = 0,  # lengths, prompts and arrival times
-    num_warmups: int = 2,  # short requests before the first level
-    temperature: float = 0.0,
-    ignore_eos: bool = True,  # exact output lengths (vLLM's)
-    timeout_s: float = 3600,  # per request
-) -> dict:
-    "Run the sweep against a server at `base_url`; the results as a dict (see `save_results`)."
-    import aiohttp
-
-    chat, base_url = endpoint == "chat", base_url.rstrip("/")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    if request_rate:
-        levels = [(max_concurrency, r) for r in request_rate]
-    else:
-        levels = [(c, math.inf) for c in concurrency or [1]]
-    sizes = [num_prompts or (200 if request_rate else max(16, 4 * c)) for c, _ in levels]
-    url = f"{base_url}/v1/{'chat/completions' if chat else 'completions'}"
-    async with aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=timeout_s), connector=aiohttp.TCPConnector(limit=0)
-    ) as session:
-        card = await _served_model(session, base_url, headers, model)
-        max_len = card.get("max_model_len") or 4096
-        reqs = sample_requests(max(sizes), seed, input_len, output_len, max_len, chat)
-
-        def body(r):
-            return request_body(r, card["id"], chat, temperature, ignore_eos)
-
-        warm_reqs = sample_requests(num_warmups, seed + 1, 16, 4, 4096, chat)
-        warm = [body(BenchRequest(r.prompt, 4)) for r in warm_reqs]
-        if warm:
-            await run_level(session, url, headers, warm, None)
-        runs = []
-        for (c, rate), n in zip(levels, sizes):
-            res = await run_level(session, url, headers, [body(r) for r in reqs[:n]], c, rate, seed)
-            runs.append(
-                {
-                    "concurrency": c,
-                    "request_rate": "inf" if math.isinf(rate) else rate,
-                    "num_prompts": n,
-                }
-                | res
-            )
-    return {
-        "base_url": base_url,
-        "endpoint": url,
-        "model": card["id"],
-        "server_max_model_len": card.get("max_model_len"),
-        "sweep": "request_rate" if request_rate else "concurrency",
-        "input_len_mean": input_len,
-        "output_len_mean": output_len,
-        "seed": seed,
-        "temperature": temperature,
-        "ignore_eos": ignore_eos,
-        "runs": runs,
-    }
-
-# %% ../../nbs/bench/18h_serve.ipynb #c018
+# %% ../../nbs/bench/18h_serve.ipynb #c005
 def plot_results(result: dict, path: str | Path) -> Path:
     "TTFT/TPOT/ITL percentiles and output throughput against concurrency (or request rate)."
     import matplotlib
@@ -319,7 +61,7 @@ def save_results(result: dict, out_dir: str | Path, name: str, command: str) -> 
     (out / f"{name}.json").write_text(json.dumps(meta | result, indent=2) + "\n")
     return out / f"{name}.json", plot_results(result, out / f"{name}.png")
 
-# %% ../../nbs/bench/18h_serve.ipynb #c020
+# %% ../../nbs/bench/18h_serve.ipynb #c007
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     "Flags of `metainfer bench serve`: the server, the sweep, the workload and where results go."
     a = parser.add_argument
@@ -360,7 +102,7 @@ def parse_list(s: str | None, kind=float) -> list | None:
     '`"1,4,16"` -> `[1, 4, 16]`; `inf` is allowed for rates.'
     return None if s is None else [kind(x) for x in s.split(",") if x.strip()]
 
-# %% ../../nbs/bench/18h_serve.ipynb #c022
+# %% ../../nbs/bench/18h_serve.ipynb #c009
 def _print_level(result: dict, r: dict) -> None:
     print(
         f"{result['sweep']}={r[result['sweep']]}: {r['completed']}/{r['num_prompts']} ok, "

@@ -9,18 +9,20 @@ import random
 import time
 from pathlib import Path
 from metainfer.bench.common import (
-    add_offline_arguments,
-    free_memory,
     gemm_flops,
     host_probe,
     measure_card,
+    random_prompts,
+    throughput_bound,
+)
+from metainfer.bench.results import (
+    add_offline_arguments,
+    free_memory,
     plot_bars,
     print_summary,
-    random_prompts,
     result_name,
     run_record,
     start_engine,
-    throughput_bound,
     write_json,
 )
 

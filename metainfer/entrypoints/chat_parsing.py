@@ -21,19 +21,22 @@ REASONING_PARSERS = (
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #35b1a476
 def partial_tag(text: str, tag: str) -> int:
-    "The length of the longest end of `text` that could be the start of `tag` (text to hold back until more comes)."
+    """The length of the longest end of `text` that could be the start of `tag` (text to hold back
+    until more comes)."""
     return next(
         (k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0
     )
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #56a32e9a
 def opens_reasoning(prompt_tail: str) -> bool:
-    "Whether a rendered prompt (its end is enough) ends by opening `<think>`, so the output starts inside the reasoning."
+    """Whether a rendered prompt (its end is enough) ends by opening `<think>`, so the output starts
+    inside the reasoning."""
     return prompt_tail.rstrip().endswith(THINK[0])
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #121b5b08
 def parse_tool_call(body: str) -> dict | None:
-    'The OpenAI tool call that a `<tool_call>` body `{"name": ..., "arguments": {...}}` stands for; None if it is no call.'
+    """The OpenAI tool call that a `<tool_call>` body `{"name": ..., "arguments": {...}}` stands
+    for; None if it is no call."""
     try:
         call = json.loads(body)
     except ValueError:
@@ -52,9 +55,10 @@ def parse_tool_call(body: str) -> dict | None:
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #6fc516db
 class ChatOutputParser:
-    """Splits an assistant's text, fed piece by piece as it streams, into `reasoning_content` (between `<think>` and
-    `</think>`), `content`, and `tool_calls` (`<tool_call>{json}</tool_call>` blocks, the Hermes format Qwen uses).
-    Text that could still turn out to be a tag is held back until the next piece, or the last."""
+    """Splits an assistant's text, fed piece by piece as it streams, into `reasoning_content`
+    (between `<think>` and `</think>`), `content`, and `tool_calls` (`<tool_call>{json}</tool_call>`
+    blocks, the Hermes format Qwen uses). Text that could still turn out to be a tag is held back
+    until the next piece, or the last."""
 
     def __init__(
         self,
@@ -75,7 +79,8 @@ class ChatOutputParser:
         )
 
     def feed(self, text: str, final: bool = False) -> dict:
-        "The next piece of output (`final`: the last) -> what it completes: `reasoning_content`, `content`, `tool_calls`."
+        """The next piece of output (`final`: the last) -> what it completes: `reasoning_content`,
+        `content`, `tool_calls`."""
         self.buf += text
         out = {"reasoning_content": "", "content": "", "tool_calls": []}
         while getattr(self, f"_{self.mode}")(out, final):

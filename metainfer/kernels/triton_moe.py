@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from .elementwise import linear_ref
-from ..layers.moe import router_logits
+from ..layers.router import router_logits
 from .triton_elementwise import available, jit, tl, cdiv, next_pow2, pdl, pdl_sync
 
 # %% auto #0

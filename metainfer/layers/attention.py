@@ -24,7 +24,8 @@ class AttentionMetadata:
     context_lens: (
         Tensor  # [B] int32: tokens of each sequence in the cache once this step's are stored
     )
-    block_tables: Tensor  # [B, max_blocks] int32: each sequence's blocks (padded with 0; masked by context_lens)
+    # [B, max_blocks] int32: each sequence's blocks (padded with 0; masked by context_lens)
+    block_tables: Tensor
     cu_seqlens_q: Tensor  # [B+1] int32: offsets of each sequence's new tokens in the step
     cu_seqlens_k: Tensor  # [B+1] int32: offsets of each sequence's whole context
     max_seqlen_q: int
@@ -38,21 +39,22 @@ class AttentionMetadata:
     # sequence (prefill only; `slot_mapping` itself when there is no prefix)
 
 # %% ../../nbs/layers/07_attention.ipynb #c006
-# every 16 rows from 32 on: once a decode step's GEMMs are compute-bound (~190 rows of Qwen3-8B on an H200), each
-# padded row costs as much as a real one
+# every 16 rows from 32 on: once a decode step's GEMMs are compute-bound (~190 rows of Qwen3-8B on
+# an H200), each padded row costs as much as a real one
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, *range(32, 513, 16))
 
 
 def batch_bucket(n: int) -> int:
-    "The batch a decode step of `n` sequences runs at: padded to this size in a CUDA graph, and tuned for it without."
+    """The batch a decode step of `n` sequences runs at: padded to this size in a CUDA graph, and
+    tuned for it without."""
     return next((b for b in BATCH_BUCKETS if b >= n), n)
 
 
 def to_device(
     t: Tensor | list, device: torch.device | str, dtype: torch.dtype | None = None
 ) -> Tensor:
-    """`t` (on the host; a list becomes a tensor of `dtype`) on `device`. To a GPU through pinned memory, without
-    waiting: a blocking copy waits for the stream."""
+    """`t` (on the host; a list becomes a tensor of `dtype`) on `device`. To a GPU through pinned
+    memory, without waiting: a blocking copy waits for the stream."""
     if not isinstance(t, Tensor):
         t = torch.tensor(t, dtype=dtype)
     device = torch.device(device)
@@ -67,7 +69,8 @@ def make_metadata(
     is_prefill: bool,
     device: torch.device | str = "cpu",
 ) -> tuple[Tensor, AttentionMetadata]:
-    "Token positions `[T]` and the attention metadata of a step, from each sequence's blocks and lengths."
+    """Token positions `[T]` and the attention metadata of a step, from each sequence's blocks and
+    lengths."""
     B, max_blocks = len(block_tables), max(len(t) for t in block_tables)
     tables = torch.tensor(
         [t + [0] * (max_blocks - len(t)) for t in block_tables], dtype=torch.int32
@@ -105,7 +108,8 @@ def make_metadata(
 
 # %% ../../nbs/layers/07_attention.ipynb #c010
 class KVPool:
-    "Per-layer caches `[num_blocks, block_size, kv_heads, head_dim]` (`parts` of them: K and V, or one latent)."
+    """Per-layer caches `[num_blocks, block_size, kv_heads, head_dim]` (`parts` of them: K and V, or
+    one latent)."""
 
     def __init__(
         self,
@@ -174,7 +178,8 @@ class TorchAttention:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        "Attention of new queries to their whole context; `k`/`v` are already stored, so the cache has it all."
+        """Attention of new queries to their whole context; `k`/`v` are already stored, so the cache
+        has it all."""
         out = torch.empty_like(q)  # [T, H, D]
         cu, ctx = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist()
         for i in range(len(ctx)):
@@ -199,7 +204,8 @@ class TorchAttention:
         scale: float,
         rope: Rope | None = None,
     ) -> Tensor:
-        "Rotate `q`/`k` by `rope` if given, store each sequence's one new `k`/`v`, then attend its query to its whole context."
+        """Rotate `q`/`k` by `rope` if given, store each sequence's one new `k`/`v`, then attend its
+        query to its whole context."""
         if rope is not None:
             q, k = rope(q, k)
         TorchAttention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
@@ -216,7 +222,8 @@ class TorchAttention:
 class Attention(nn.Module):
     "Attention over this layer's part of the paged KV pool."
 
-    kv_parts = 2  # K and V: what this layer needs from the KV pool per token, with num_kv_heads and head_dim
+    # K and V: what this layer needs from the KV pool per token, with num_kv_heads and head_dim
+    kv_parts = 2
 
     def __init__(
         self,

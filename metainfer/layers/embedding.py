@@ -16,8 +16,10 @@ __all__ = ['VocabParallelEmbedding', 'ParallelLMHead']
 
 # %% ../../nbs/layers/06_embedding.ipynb #c004
 class VocabParallelEmbedding(nn.Module):
-    """Embedding with the vocabulary split into contiguous row slices, one per rank. `reduce_results=False`: each rank
-    returns its own lookup (zeros for ids it does not hold), for a model that sums it with the first norm."""
+    """Embedding with the vocabulary split into contiguous row slices, one per rank.
+    `reduce_results=False`: each rank
+    returns its own lookup (zeros for ids it does not hold), for a model that sums it with the first
+    norm."""
 
     def __init__(
         self,

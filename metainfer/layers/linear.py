@@ -20,7 +20,8 @@ def shape_of(w) -> tuple[int, ...]:
 
 
 def take(w, dim: int = 0, start: int = 0, size: int | None = None) -> Tensor:
-    "`w[start:start+size]` along `dim`, for a tensor or a safetensors slice (which then reads only that part)."
+    """`w[start:start+size]` along `dim`, for a tensor or a safetensors slice (which then reads only
+    that part)."""
     shape = shape_of(w)
     size = shape[dim] - start if size is None else size
     idx = [slice(None)] * len(shape)
@@ -69,7 +70,8 @@ class LinearBase(nn.Module):
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
 
     def forward(self, x: Tensor | NormedInput, act: str | None = None) -> Tensor:
-        "`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product, and a norm of `x` in)."
+        """`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product,
+        and a norm of `x` in)."""
         if isinstance(x, NormedInput):  # `norm_linear`, if not computed yet
             return x.linear(self.kernels, self.weight, self.bias, act)
         return self.kernels.linear(
@@ -113,8 +115,9 @@ class ColumnParallelLinear(LinearBase):
 
 # %% ../../nbs/layers/05_linear.ipynb #c015
 class MergedColumnParallelLinear(ColumnParallelLinear):
-    """Several projections of one input, fused; shard id `i` loads `output_sizes[i]`, split across ranks unless
-    `replicated[i]`. `interleave`: equal sizes, stored row by row (row `j` of shard `i` at `j * shards + i`)."""
+    """Several projections of one input, fused; shard id `i` loads `output_sizes[i]`, split across
+    ranks unless `replicated[i]`. `interleave`: equal sizes, stored row by row (row `j` of shard `i`
+    at `j * shards + i`)."""
 
     def __init__(
         self,
@@ -179,7 +182,8 @@ class QKVParallelLinear(ColumnParallelLinear):
 
 # %% ../../nbs/layers/05_linear.ipynb #c021
 class RowParallelLinear(LinearBase):
-    "`Y = X A` with `A`'s input features split across ranks; partial products are summed by all-reduce."
+    """`Y = X A` with `A`'s input features split across ranks; partial products are summed by
+    all-reduce."""
 
     def __init__(
         self,
@@ -196,8 +200,8 @@ class RowParallelLinear(LinearBase):
 
     def forward(self, x: Tensor) -> Tensor:
         bias = self.bias if self.tp.rank == 0 else None
-        # half precision under TP: the partial products in float32, so that each output is rounded once, after the
-        # sum, as TP=1's single GEMM rounds it
+        # half precision under TP: the partial products in float32, so that each output is rounded
+        # once, after the sum, as TP=1's single GEMM rounds it
         if not self.reduce_results:  # the caller sums it
             return self.tp.partial_linear(x, self.weight, bias, self.summed_next, self.kernels)
         partial = self.kernels.linear(

@@ -30,7 +30,7 @@ __all__ = ['yarn_get_mscale', 'yarn_inv_freq', 'yarn_attention_factor', 'mla_sof
 
 # %% ../../nbs/layers/09a_mla.ipynb #c005
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
-    "YaRN's attention temperature for a context stretched `scale` times: `0.1·mscale·ln(scale) + 1`."
+    "YaRN's attention temperature for a `scale`-times context: `0.1·mscale·ln(scale) + 1`."
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 # %% ../../nbs/layers/09a_mla.ipynb #c008
@@ -77,7 +77,7 @@ def mla_softmax_scale(qk_head_dim: int, rope_scaling: dict | None) -> float:
 
 # %% ../../nbs/layers/09a_mla.ipynb #c015
 def mla_rotary(cfg: ModelConfig, kernels: TorchKernels = TorchKernels()) -> RotaryEmbedding:
-    "The rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if the config asks for it."
+    "Rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if configured."
     dim, rs = cfg.hf["qk_rope_head_dim"], cfg.rope_scaling
     is_neox = not cfg.hf.get("rope_interleave", True)
     if rs is None:
@@ -122,7 +122,8 @@ class TorchMLA:
         slot_mapping: Tensor,
         c_norm: tuple[Tensor, float] | None = None,
     ) -> None:
-        "Latents `[c | k_pe]` (`[T, r]`, `[T, dr]`) into `latent_cache` `[blocks, block_size, 1, r+dr]` at `slot_mapping`; `c_norm` `(weight, eps)`: RMSNorm `c` first."
+        """Latents `[c | k_pe]` (`[T, r]`, `[T, dr]`) into `latent_cache` `[blocks, block_size, 1,
+        r+dr]` at `slot_mapping`; `c_norm` `(weight, eps)`: RMSNorm `c` first."""
         if c_norm is not None:
             c = rms_norm_ref(c, *c_norm)
         latent_cache.view(-1, latent_cache.shape[-1])[slot_mapping] = torch.cat([c, k_pe], -1)
@@ -137,7 +138,7 @@ class TorchMLA:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        "Causal attention of new queries to their whole context, with K/V materialized from the latents: `[T, H, dv]`."
+        "Causal attention of new queries to their context, K/V made from the latents: `[T, H, dv]`."
         r = w_uk.shape[-1]
         out = q_nope.new_empty(*q_nope.shape[:2], w_uv.shape[1])  # [T, H, dv]
         q = torch.cat([q_nope, q_pe], dim=-1)  # [T, H, dn+dr]
@@ -166,7 +167,7 @@ class TorchMLA:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        "One query per sequence, attending over its cached latents with `W_UK` and `W_UV` absorbed: `[B, H, dv]`."
+        "One query per sequence over its cached latents, `W_UK`/`W_UV` absorbed: `[B, H, dv]`."
         r = w_uk.shape[-1]
         q = torch.cat([torch.einsum("bhd,hdr->bhr", q_nope, w_uk), q_pe], dim=-1)  # [B, H, r+dr]
         lat = (
@@ -185,7 +186,8 @@ class TorchMLA:
 
 # %% ../../nbs/layers/09a_mla.ipynb #c025
 class LatentAttention(nn.Module):
-    "MLA over this layer's part of the paged pool: one latent of `kv_lora_rank + qk_rope_head_dim` per token."
+    """MLA over this layer's part of the paged pool: one latent of `kv_lora_rank + qk_rope_head_dim`
+    per token."""
 
     kv_parts, num_kv_heads = 1, 1
 
@@ -216,7 +218,8 @@ class LatentAttention(nn.Module):
         meta: AttentionMetadata,
         c_norm: tuple[Tensor, float] | None = None,
     ) -> Tensor:
-        "`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, latents `c` `[T, r]` (normalized by `c_norm` on the way to the cache) and `k_pe` `[T, dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."
+        """`q_nope` `[T, H, dn]`, `q_pe` `[T, H, dr]`, latents `c` `[T, r]` (normalized by `c_norm`
+        on the way to the cache) and `k_pe` `[T, dr]`, `w_kv_b` `[H·(dn+dv), r]` -> `[T, H, dv]`."""
         dn = q_nope.shape[-1]
         w_uk, w_uv = w_kv_b.view(self.num_heads, -1, self.kv_lora_rank).split(
             [dn, w_kv_b.shape[0] // self.num_heads - dn], 1
@@ -227,7 +230,7 @@ class LatentAttention(nn.Module):
 
 # %% ../../nbs/layers/09a_mla.ipynb #c029
 class MLA(nn.Module):
-    "Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache, output projection."
+    "Multi-head latent attention: low-rank q, latent K/V, decoupled rope, paged latent cache."
 
     packed_modules_mapping = {
         "q_proj": ("q_kv_a_proj", 0),
@@ -275,7 +278,8 @@ class MLA(nn.Module):
         self.attn = LatentAttention(H, self.r, self.dr, scale, kernels)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        "The queries' two parts `[T, H, dn]`, `[T, H, dr]` and the latent's, `c` `[T, r]` and `k_pe` `[T, dr]` (rope not applied yet)."
+        """The queries' two parts `[T, H, dn]`, `[T, H, dr]` and the latent's, `c` `[T, r]` and
+        `k_pe` `[T, dr]` (rope not applied yet)."""
         q, latent = self.q_kv_a_proj(x).split(self.q_kv_a_proj.output_sizes, -1)
         if self.q_lora_rank is not None:
             q = self.q_b_proj(self.q_a_layernorm(q))

@@ -17,14 +17,15 @@ from metainfer.layers.linear import (
     divide,
     take,
 )
+from .router import MoEGate, TorchRouter
 
 # %% auto #0
-__all__ = ['DeepseekMLP', 'grouped_topk', 'select_experts', 'router_logits', 'TorchMoE', 'MoEGate', 'is_moe_layer', 'FusedMoE',
-           'expert_params_mapping', 'fused_moe_ref', 'DeepseekMoE']
+__all__ = ['DeepseekMLP', 'is_moe_layer', 'TorchMoE', 'FusedMoE', 'expert_params_mapping', 'fused_moe_ref', 'DeepseekMoE']
 
 # %% ../../nbs/layers/09b_moe.ipynb #c005
 class DeepseekMLP(nn.Module):
-    "SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared experts."
+    """SwiGLU MLP `down(silu(gate(x)) * up(x))`: a dense layer's MLP, or a MoE layer's shared
+    experts."""
 
     folds_norm = True  # its input goes to the gate-up projection only
 
@@ -54,115 +55,9 @@ class DeepseekMLP(nn.Module):
         return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))
 
 # %% ../../nbs/layers/09b_moe.ipynb #c008
-def grouped_topk(choice: Tensor, k: int, n_group: int, topk_group: int, group_score: str) -> Tensor:
-    "Ids `[T, k]` of the `k` best experts of `choice` `[T, E]` within the `topk_group` best of `n_group` groups."
-    T, E = choice.shape
-    groups = choice.view(T, n_group, E // n_group)
-    score = (
-        groups.amax(-1) if group_score == "max" else groups.topk(2, dim=-1).values.sum(-1)
-    )  # [T, n_group]
-    keep = torch.zeros_like(score, dtype=torch.bool).scatter_(
-        1, score.topk(topk_group, dim=-1).indices, True
-    )
-    return (
-        choice.masked_fill(~keep.repeat_interleave(E // n_group, 1), float("-inf"))
-        .topk(k, dim=-1)
-        .indices
-    )
-
-# %% ../../nbs/layers/09b_moe.ipynb #c010
-def select_experts(
-    logits: Tensor,
-    top_k: int,
-    scoring_func: str = "softmax",
-    topk_method: str = "greedy",
-    n_group: int = 1,
-    topk_group: int = 1,
-    correction_bias: Tensor | None = None,
-    norm_topk_prob: bool = False,
-    routed_scaling_factor: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    "Weights `[T, K]` (float32) and ids `[T, K]` of each token's experts, from float32 router `logits` `[T, E]`."
-    scores = logits.softmax(-1) if scoring_func == "softmax" else logits.sigmoid()
-    choice = scores if correction_bias is None else scores + correction_bias
-    if topk_method == "greedy":
-        ids = choice.topk(top_k, dim=-1).indices
-    else:
-        ids = grouped_topk(
-            choice,
-            top_k,
-            n_group,
-            topk_group,
-            "max" if topk_method == "group_limited_greedy" else "top2",
-        )
-    weights = scores.gather(1, ids)
-    if norm_topk_prob:
-        weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
-    return weights * routed_scaling_factor, ids
-
-
-def router_logits(x: Tensor, weight: Tensor) -> Tensor:
-    "Float32 router logits `[T, E]` of `x` `[T, D]`: both cast to float32 first, as HF does."
-    return F.linear(x.float(), weight.float())
-
-
-class TorchMoE:
-    "Pure-torch MoE kernels: the CPU path and the oracle."
-
-    name = "torch"
-    router_logits = staticmethod(router_logits)
-    select_experts = staticmethod(select_experts)
-
-    def fused_moe(self, *args, **kwargs) -> Tensor:
-        "`fused_moe_ref`, defined below with the experts' weight layout."
-        return fused_moe_ref(*args, **kwargs)
-
-# %% ../../nbs/layers/09b_moe.ipynb #c012
-class MoEGate(nn.Module):
-    "The router: float32 logits, expert scores, grouped top-k, weights."
-
-    def __init__(self, cfg: ModelConfig, kernels: TorchMoE = TorchMoE()):
-        super().__init__()
-        h, self.kernels = cfg.hf, kernels
-        v3 = cfg.architecture == "DeepseekV3ForCausalLM"
-        self.top_k, self.n_group, self.topk_group = (
-            h["num_experts_per_tok"],
-            h.get("n_group") or 1,
-            h.get("topk_group") or 1,
-        )
-        self.scoring_func = h.get("scoring_func", "sigmoid" if v3 else "softmax")
-        self.topk_method = h.get("topk_method", "noaux_tc" if v3 else "greedy")
-        self.norm_topk_prob, self.routed_scaling_factor = (
-            bool(h.get("norm_topk_prob")),
-            h.get("routed_scaling_factor", 1.0),
-        )
-        E = h["n_routed_experts"]
-        self.weight = nn.Parameter(
-            torch.empty(E, cfg.hidden_size), requires_grad=False
-        )  # the model's dtype, as HF
-        self.e_score_correction_bias = None
-        if self.topk_method == "noaux_tc":
-            self.e_score_correction_bias = nn.Parameter(
-                torch.empty(E, dtype=torch.float32), requires_grad=False
-            )
-
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        logits = self.kernels.router_logits(x, self.weight)  # [T, E] float32
-        return self.kernels.select_experts(
-            logits,
-            self.top_k,
-            self.scoring_func,
-            self.topk_method,
-            self.n_group,
-            self.topk_group,
-            self.e_score_correction_bias,
-            self.norm_topk_prob,
-            self.routed_scaling_factor,
-        )
-
-# %% ../../nbs/layers/09b_moe.ipynb #c013
 def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
-    "Whether layer `i` has a MoE (DeepSeek's rule: after `first_k_dense_replace`, every `moe_layer_freq`-th)."
+    """Whether layer `i` has a MoE (DeepSeek's rule: after `first_k_dense_replace`, every
+    `moe_layer_freq`-th)."""
     h = cfg.hf
     return (
         bool(h.get("n_routed_experts"))
@@ -170,9 +65,18 @@ def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
         and i % h.get("moe_layer_freq", 1) == 0
     )
 
-# %% ../../nbs/layers/09b_moe.ipynb #c017
+# %% ../../nbs/layers/09b_moe.ipynb #c012
+class TorchMoE(TorchRouter):
+    "Pure-torch MoE kernels: the CPU path and the oracle."
+
+    def fused_moe(self, *args, **kwargs) -> Tensor:
+        "`fused_moe_ref`, defined below with the experts' weight layout."
+        return fused_moe_ref(*args, **kwargs)
+
+# %% ../../nbs/layers/09b_moe.ipynb #c013
 class FusedMoE(nn.Module):
-    "The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size / ep_size)` wide."
+    """The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size
+    / ep_size)` wide."""
 
     def __init__(
         self,
@@ -198,7 +102,8 @@ class FusedMoE(nn.Module):
         self.gate_up_proj.weight_loader = self.down_proj.weight_loader = self.weight_loader
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int, expert_id: int) -> None:
-        "Load expert `expert_id`'s gate (shard 0), up (1) or down projection; another rank's expert is never read."
+        """Load expert `expert_id`'s gate (shard 0), up (1) or down projection; another rank's
+        expert is never read."""
         e = expert_id - self.expert_start
         if not 0 <= e < self.num_local_experts:
             return
@@ -212,8 +117,10 @@ class FusedMoE(nn.Module):
     def forward(
         self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None
     ) -> Tensor:
-        "This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless `reduce_results=False`."
-        # 16 bits under TP: the partial sum in float32, rounded once after the sum (as `RowParallelLinear`'s)
+        """This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless
+        `reduce_results=False`."""
+        # 16 bits under TP: the partial sum in float32, rounded once after the sum (as
+        # `RowParallelLinear`'s)
         y = self.kernels.fused_moe(
             x,
             self.gate_up_proj,
@@ -226,7 +133,7 @@ class FusedMoE(nn.Module):
         )
         return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
 
-# %% ../../nbs/layers/09b_moe.ipynb #c019
+# %% ../../nbs/layers/09b_moe.ipynb #c015
 def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
     "Checkpoint suffix `experts.{e}.{proj}.weight` -> `(stacked parameter, expert id, shard id)`."
     projs = (
@@ -240,7 +147,7 @@ def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
         for proj, param, shard in projs
     }
 
-# %% ../../nbs/layers/09b_moe.ipynb #c022
+# %% ../../nbs/layers/09b_moe.ipynb #c018
 def fused_moe_ref(
     x: Tensor,
     gate_up: Tensor,
@@ -251,7 +158,8 @@ def fused_moe_ref(
     add: Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> Tensor:
-    "`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il, D]`, `down` `[El, D, Il]`)."
+    """`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il,
+    D]`, `down` `[El, D, Il]`)."""
     El, K = gate_up.shape[0], topk_ids.shape[1]
     local = topk_ids - expert_start
     eid = torch.where(
@@ -271,7 +179,7 @@ def fused_moe_ref(
         start += counts[e]
     return (out if add is None else out + add.float()).to(out_dtype or x.dtype)
 
-# %% ../../nbs/layers/09b_moe.ipynb #c026
+# %% ../../nbs/layers/09b_moe.ipynb #c022
 class DeepseekMoE(nn.Module):
     "DeepSeek MoE: `Σ_k w_k · expert_k(x)` over the routed top-k, plus the shared experts."
 
@@ -290,7 +198,8 @@ class DeepseekMoE(nn.Module):
         )
         h = cfg.hf
         self.gate = MoEGate(cfg, kernels)
-        # both parts stop at this rank's partial sum: added together, they need one all-reduce, not two
+        # both parts stop at this rank's partial sum: added together, they need one all-reduce, not
+        # two
         self.experts = FusedMoE(
             h["n_routed_experts"],
             cfg.hidden_size,

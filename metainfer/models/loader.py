@@ -39,7 +39,8 @@ def checkpoint_target(name: str, packed: dict[str, tuple[str, object]]) -> tuple
 def expert_target(
     name: str, experts: dict[str, tuple[str, int, object]]
 ) -> tuple[str, int, object] | None:
-    "For a routed expert's checkpoint tensor: `(stacked parameter, expert id, shard id)`, else `None`."
+    """For a routed expert's checkpoint tensor: `(stacked parameter, expert id, shard id)`, else
+    `None`."""
     parts = name.split(".")
     for i in range(len(parts)):
         if (hit := experts.get(".".join(parts[i:]))) is not None:
@@ -50,7 +51,8 @@ def expert_target(
 # %% ../../nbs/models/08_loader.ipynb #c010
 @torch.no_grad()
 def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True) -> set[str]:
-    "Load every checkpoint tensor into `model` through its parameters' `weight_loader`s; returns the names filled."
+    """Load every checkpoint tensor into `model` through its parameters' `weight_loader`s; returns
+    the names filled."""
     params = dict(model.named_parameters())
     packed = getattr(model, "packed_modules_mapping", {})
     experts = getattr(model, "expert_params_mapping", {})

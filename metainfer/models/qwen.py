@@ -19,7 +19,8 @@ __all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'Qwen
 
 # %% ../../nbs/models/09_qwen.ipynb #c004
 class QwenAttention(nn.Module):
-    "Self-attention: fused QKV projection, optional q/k norm, rotary, paged attention, output projection."
+    """Self-attention: fused QKV projection, optional q/k norm, rotary, paged attention, output
+    projection."""
 
     folds_norm = True  # its input goes to the QKV projection only
 
@@ -103,7 +104,8 @@ class QwenMLP(nn.Module):
 
 # %% ../../nbs/models/09_qwen.ipynb #c007
 class DecoderLayer(nn.Module):
-    "Pre-norm block of every model here: norm, attention, residual add fused into the next norm, MLP."
+    """Pre-norm block of every model here: norm, attention, residual add fused into the next norm,
+    MLP."""
 
     def __init__(
         self,
@@ -126,7 +128,8 @@ class DecoderLayer(nn.Module):
     def forward(
         self, positions: Tensor, x: Tensor, residual: Tensor | None, meta: AttentionMetadata
     ):
-        "`x`: the previous MLP's partial sum, or (first layer, no `residual` yet) this rank's embedding rows."
+        """`x`: the previous MLP's partial sum, or (first layer, no `residual` yet) this rank's
+        embedding rows."""
         h = self.sum_add_norm(self.input_layernorm, x, residual)
         attn = self.self_attn(
             positions, h.input_for(self.self_attn), meta
@@ -135,7 +138,8 @@ class DecoderLayer(nn.Module):
         return self.mlp(h.input_for(self.mlp)), h.residual
 
     def sum_add_norm(self, norm: RMSNorm, x: Tensor, residual: Tensor | None) -> NormedInput:
-        "`norm(Σ_ranks x + residual)`: the ranks' partial sums `x` summed, added to the residual, normalized."
+        """`norm(Σ_ranks x + residual)`: the ranks' partial sums `x` summed, added to the residual,
+        normalized."""
         if (
             self.tp.size == 1
         ):  # computed by its reader (no residual: the embedding, which is the residual itself)

@@ -102,7 +102,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class ServerThread:
-    "Run an ASGI app with uvicorn in a background thread: `with ServerThread(app) as s: ... s.url ...`."
+    """Run an ASGI app with uvicorn in a background thread: `with ServerThread(app) as s: ... s.url
+    ...`."""
 
     def __init__(
         self,

@@ -55,7 +55,8 @@ class Abort:
 
 
 class EngineError(RuntimeError):
-    "The engine failed while running this request (the request is aborted, the server keeps serving)."
+    """The engine failed while running this request (the request is aborted, the server keeps
+    serving)."""
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c021
 ACCEPTED = object()
@@ -83,14 +84,16 @@ class RequestStream:
         return item
 
     def abort(self) -> None:
-        "Stop the request unless it finished (idempotent); its blocks are freed before the next step."
+        """Stop the request unless it finished (idempotent); its blocks are freed before the next
+        step."""
         if not self.finished:
             self.finished = True
             self.engine.commands.put(Abort(self.request_id))
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c023
 class AsyncLLMEngine:
-    "Runs an `LLMEngine` in its own thread; coroutines add and abort requests and read their outputs as streams."
+    """Runs an `LLMEngine` in its own thread; coroutines add and abort requests and read their
+    outputs as streams."""
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
@@ -131,7 +134,8 @@ async def add_request(
     prompt: list[int],  # prompt token ids
     params: SamplingParams,
 ) -> RequestStream:
-    "Queue a request; returns its stream once the engine has accepted it (a `ValueError` says why it didn't)."
+    """Queue a request; returns its stream once the engine has accepted it (a `ValueError` says why
+    it didn't)."""
     stream = RequestStream(request_id, self)
     self.commands.put(Add(request_id, prompt, params, stream))
     if self.dead:

@@ -22,8 +22,9 @@ __all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_c
 async def text_deltas(
     stream: RequestStream, params: SamplingParams
 ) -> AsyncIterator[tuple[str, int, RequestOutput]]:
-    """Each step's new text, never text that a stop string could still remove; the index of its first new token (the
-    new token ids and logprobs are the output's from there on); and the output."""
+    """Each step's new text, never text that a stop string could still remove; the index of its
+    first new token (the new token ids and logprobs are the output's from there on); and the
+    output."""
     hold = max(map(len, params.stop), default=1) - 1
     sent_text = sent_ids = 0
     async for out in stream:
@@ -34,7 +35,8 @@ async def text_deltas(
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c037
 def usage(outs: list[RequestOutput], n: int = 1) -> dict:
-    "The token counts of a response's choices (in order): each prompt once (its `n` choices share it), every completion."
+    """The token counts of a response's choices (in order): each prompt once (its `n` choices share
+    it), every completion."""
     p, c = (
         sum(len(o.prompt_token_ids) for o in outs[::n]),
         sum(len(o.outputs[0].token_ids) for o in outs),
@@ -97,8 +99,9 @@ def _finite(x: float) -> float:
 def completion_logprobs(
     ids: list[int], entries: list[dict[int, Logprob] | None], offset: int = 0, tokenizer=None
 ) -> dict:
-    """The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first. An entry `None` (an
-    echoed prompt's first token, which nothing predicts) has no logprobs, and its text comes from `tokenizer`."""
+    """The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first. An
+    entry `None` (an echoed prompt's first token, which nothing predicts) has no logprobs, and its
+    text comes from `tokenizer`."""
 
     def text(t, e):
         if e is not None:
@@ -143,8 +146,8 @@ def choice_logprobs(
     echo: bool = False,
     tokenizer=None,
 ) -> dict | None:
-    """A choice's `logprobs` for the new tokens of `out` from `start` on (`offset`: their text offset), after the
-    prompt's with `echo`; `None` unless asked for."""
+    """A choice's `logprobs` for the new tokens of `out` from `start` on (`offset`: their text
+    offset), after the prompt's with `echo`; `None` unless asked for."""
     c = out.outputs[0]
     if c.logprobs is None:
         return None
@@ -157,7 +160,8 @@ def choice_logprobs(
 
 
 def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
-    "What an `echo` request's choices start with, per prompt: the prompt as sent, or its token ids decoded."
+    """What an `echo` request's choices start with, per prompt: the prompt as sent, or its token ids
+    decoded."""
     if not getattr(req, "echo", None):
         return None
     return [
@@ -167,7 +171,8 @@ def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #9ecf4f1c
 def chat_message(parts: dict, reasoning: bool) -> dict:
-    "A chat response's message from what `ChatOutputParser` gave (`reasoning`: the server splits reasoning off)."
+    """A chat response's message from what `ChatOutputParser` gave (`reasoning`: the server splits
+    reasoning off)."""
     calls = [{k: v for k, v in c.items() if k != "index"} for c in parts["tool_calls"]]
     return (
         {"role": "assistant", "content": parts["content"] or (None if calls else "")}

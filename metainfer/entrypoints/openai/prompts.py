@@ -48,7 +48,8 @@ def message_text(m: ChatMessage) -> str:
 
 
 def json_or_text(s: str) -> Any:
-    "Tool call arguments as templates take them: the JSON object they hold, or the text if they hold none."
+    """Tool call arguments as templates take them: the JSON object they hold, or the text if they
+    hold none."""
     try:
         return x if isinstance(x := json.loads(s), dict) else s
     except ValueError:
@@ -56,7 +57,8 @@ def json_or_text(s: str) -> Any:
 
 
 def message_dict(m: ChatMessage) -> dict:
-    "A message as chat templates take it (a `developer` message is OpenAI's newer name for a system message)."
+    """A message as chat templates take it (a `developer` message is OpenAI's newer name for a
+    system message)."""
     d = {"role": "system" if m.role == "developer" else m.role, "content": message_text(m)} | (
         {"name": m.name} if m.name else {}
     )
@@ -80,8 +82,9 @@ def message_dict(m: ChatMessage) -> dict:
 
 
 def forced_call(req: ChatCompletionRequest) -> str:
-    """How the reply must start for `tool_choice`: `"required"` opens a call, a named function opens that call ("" for
-    `"auto"` or `"none"`). The model writes the rest: no constrained decoding, so arguments that don't parse stay text."""
+    """How the reply must start for `tool_choice`: `"required"` opens a call, a named function opens
+    that call ("" for `"auto"` or `"none"`). The model writes the rest: no constrained decoding, so
+    arguments that don't parse stay text."""
     tc = req.tool_choice
     if tc in (None, "none", "auto"):
         return ""
@@ -90,7 +93,8 @@ def forced_call(req: ChatCompletionRequest) -> str:
     name = (tc.get("function") or {}).get("name") if tc.get("type") == "function" else None
     if not isinstance(name, str):
         raise OpenAIError(
-            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
+            '{"name": ...}}',
             param="tool_choice",
         )
     if name not in [t.function.name for t in req.tools or []]:
@@ -101,7 +105,8 @@ def forced_call(req: ChatCompletionRequest) -> str:
 
 
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
-    "Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template, ready for the assistant."
+    """Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template,
+    ready for the assistant."""
     if not req.messages:
         raise OpenAIError("messages must not be empty", param="messages")
     if req.tool_choice not in (None, "none") and not req.tools:

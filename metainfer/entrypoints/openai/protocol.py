@@ -63,7 +63,8 @@ class StreamOptions(OpenAIModel):
 
 
 class SamplingRequest(OpenAIModel):
-    "The fields both endpoints share (OpenAI's, plus vLLM's `top_k`, `ignore_eos`, `stop_token_ids`, `return_token_ids`)."
+    """The fields both endpoints share (OpenAI's, plus vLLM's `top_k`, `ignore_eos`,
+    `stop_token_ids`, `return_token_ids`)."""
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -176,7 +177,8 @@ def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #27e23f7b
 class TokenizeRequest(OpenAIModel):
-    "POST /tokenize (vLLM's): the token ids of a prompt, or of chat messages as the template renders them."
+    """POST /tokenize (vLLM's): the token ids of a prompt, or of chat messages as the template
+    renders them."""
 
     model: str | None = None
     prompt: str | None = None
@@ -217,7 +219,8 @@ class InputItem(OpenAIModel):
 
 
 class FunctionTool(OpenAIModel):
-    "A function the model may call (the Responses API spells tools flat, without chat's `function` wrapper)."
+    """A function the model may call (the Responses API spells tools flat, without chat's `function`
+    wrapper)."""
 
     type: Literal["function"]
     name: str = Field(min_length=1)

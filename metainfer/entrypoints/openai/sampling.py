@@ -27,7 +27,8 @@ def unsupported(req: SamplingRequest) -> str | None:
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c014
 def candidates_per_prompt(req: SamplingRequest) -> int:
-    "How many completions of each prompt the engine makes: `n`, or `best_of`, of which the `n` best are kept."
+    """How many completions of each prompt the engine makes: `n`, or `best_of`, of which the `n`
+    best are kept."""
     n, best_of = req.n or 1, getattr(req, "best_of", None) or req.n or 1
     if best_of < n:
         raise OpenAIError(f"best_of={best_of} must be at least n={n}", param="best_of")
@@ -62,8 +63,9 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
     max_tokens = (req.max_completion_tokens if chat else None) or req.max_tokens
     if max_tokens is not None and max_tokens > room:
         raise OpenAIError(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion)",
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
+            f"{max_tokens} for the completion)",
             code="context_length_exceeded",
             param="max_tokens",
         )

@@ -23,10 +23,8 @@ from metainfer.entrypoints.openai.serving import (
     ServerState,
     server_state,
     submit,
-    event_stream,
-    stream_events,
-    final_outputs,
 )
+from .streaming import event_stream, stream_events, final_outputs
 
 # %% auto #0
 __all__ = ['output_parser', 'chat_completions']
@@ -35,7 +33,8 @@ __all__ = ['output_parser', 'chat_completions']
 def output_parser(
     st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]
 ) -> ChatOutputParser:
-    "How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the request sends tools."
+    """How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the
+    request sends tools."""
     reasoning, start = (
         st.reasoning_parser is not None,
         forced_call(req),

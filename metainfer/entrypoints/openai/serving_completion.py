@@ -21,10 +21,8 @@ from metainfer.entrypoints.openai.serving import (
     Choice,
     server_state,
     submit,
-    event_stream,
-    stream_events,
-    final_outputs,
 )
+from .streaming import event_stream, stream_events, final_outputs
 
 # %% auto #0
 __all__ = ['best_of', 'completions']
@@ -33,8 +31,8 @@ __all__ = ['best_of', 'completions']
 def best_of(
     made: list[tuple[Choice, RequestOutput]], n: int, per_prompt: int
 ) -> list[tuple[Choice, RequestOutput]]:
-    """The `n` best of each prompt's `per_prompt` completions (all of them when they are `n`), best first: the highest
-    log-probability per token, as OpenAI defines `best_of`."""
+    """The `n` best of each prompt's `per_prompt` completions (all of them when they are `n`), best
+    first: the highest log-probability per token, as OpenAI defines `best_of`."""
     if per_prompt == n:
         return made
     score = lambda m: m[1].outputs[0].cumulative_logprob / max(1, len(m[1].outputs[0].token_ids))

@@ -63,7 +63,8 @@ def prometheus_text(s: EngineStats, model: str) -> str:
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    "`{name{labels}: value}` of a Prometheus text page, with the `model_name` label dropped (for tests)."
+    """`{name{labels}: value}` of a Prometheus text page, with the `model_name` label dropped (for
+    tests)."""
     rows = (l.rsplit(" ", 1) for l in text.splitlines() if l and not l.startswith("#"))
     return {
         k.replace("metainfer:", "").split("{")[0]
