@@ -5,15 +5,11 @@
 # %% ../../nbs/models/09c_deepseek.ipynb #c001
 from __future__ import annotations
 import torch
-from torch import nn, Tensor
 from ..config import ModelConfig
 from ..kernels.registry import Backend
 from ..distributed.parallel import ParallelInfo
-from ..kernels.elementwise import RMSNorm
-from .qwen import DecoderLayer
-from ..layers.embedding import VocabParallelEmbedding, ParallelLMHead
-from ..layers.attention import AttentionMetadata
-from ..layers.mla import MLA, LatentAttention, mla_rotary
+from .qwen import CausalLM, DecoderLayer, DecoderModel
+from ..layers.mla import MLA, mla_rotary
 from ..layers.moe import DeepseekMLP, DeepseekMoE, is_moe_layer, expert_params_mapping
 
 # %% auto #0
@@ -33,28 +29,15 @@ class DeepseekDecoderLayer(DecoderLayer):
         super().__init__(attn, mlp, cfg.hidden_size, cfg.rms_norm_eps, tp, ops)
 
 # %% ../../nbs/models/09c_deepseek.ipynb #c005
-class DeepseekModel(nn.Module):
+class DeepseekModel(DecoderModel):
     def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
-        super().__init__()
         rotary = mla_rotary(cfg, backend.ops)
-        self.embed_tokens = VocabParallelEmbedding(
-            cfg.vocab_size, cfg.hidden_size, tp, reduce_results=False, kernels=backend.ops
-        )
-        self.layers = nn.ModuleList(
-            DeepseekDecoderLayer(cfg, i, rotary, tp, backend) for i in range(cfg.num_hidden_layers)
-        )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.ops)
-
-    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
-        x, residual = self.embed_tokens(input_ids), None
-        for layer in self.layers:
-            x, residual = layer(positions, x, residual, meta)
-        return (
-            self.layers[-1].sum_add_norm(self.norm, x, residual).value()
-        )  # the last MLP's partial sums, reduced
+        n = cfg.num_hidden_layers
+        layers = [DeepseekDecoderLayer(cfg, i, rotary, tp, backend) for i in range(n)]
+        super().__init__(cfg, tp, backend, layers)
 
 # %% ../../nbs/models/09c_deepseek.ipynb #c007
-class DeepseekForCausalLM(nn.Module):
+class DeepseekForCausalLM(CausalLM):
     "DeepSeek-V2 / V3 causal LM."
 
     packed_modules_mapping = {
@@ -64,29 +47,10 @@ class DeepseekForCausalLM(nn.Module):
     }
 
     def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
-        super().__init__()
-        self.config = cfg
+        super().__init__(cfg, tp, backend, DeepseekModel(cfg, tp, backend))
         self.expert_params_mapping = expert_params_mapping(cfg.hf.get("n_routed_experts") or 0)
-        self.model = DeepseekModel(cfg, tp, backend)
-        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp, kernels=backend.ops)
-        if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
 
     def skip_checkpoint_keys(self, name: str) -> bool:
-        if name.endswith("rotary_emb.inv_freq") or (
-            self.config.tie_word_embeddings and name == "lm_head.weight"
-        ):
-            return True
-        return (
-            name.startswith("model.layers.")
-            and int(name.split(".")[2]) >= self.config.num_hidden_layers
-        )  # MTP
-
-    def attention_layers(self) -> list[LatentAttention]:
-        return [layer.self_attn.attn for layer in self.model.layers]
-
-    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
-        return self.model(input_ids, positions, meta)
-
-    def compute_logits(self, hidden: Tensor) -> Tensor:
-        return self.lm_head(hidden)
+        layer = name.split(".")[2] if name.startswith("model.layers.") else None
+        mtp = layer is not None and int(layer) >= self.config.num_hidden_layers  # MTP layers
+        return super().skip_checkpoint_keys(name) or mtp

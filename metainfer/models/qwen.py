@@ -15,7 +15,8 @@ from ..layers.embedding import VocabParallelEmbedding, ParallelLMHead
 from ..layers.attention import Attention, AttentionMetadata, TorchAttention
 
 # %% auto #0
-__all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'QwenModel', 'QwenForCausalLM']
+__all__ = ['QwenAttention', 'QwenMLP', 'DecoderLayer', 'QwenDecoderLayer', 'DecoderModel', 'QwenModel', 'CausalLM',
+           'QwenForCausalLM']
 
 # %% ../../nbs/models/09_qwen.ipynb #c004
 class QwenAttention(nn.Module):
@@ -167,9 +168,29 @@ class QwenDecoderLayer(DecoderLayer):
         )
 
 # %% ../../nbs/models/09_qwen.ipynb #c008
-class QwenModel(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
+class DecoderModel(nn.Module):
+    "The trunk of every model here: embedding, decoder layers (the subclass's), norm."
+
+    def __init__(
+        self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend, layers: list[nn.Module]
+    ):
         super().__init__()
+        self.embed_tokens = VocabParallelEmbedding(
+            cfg.vocab_size, cfg.hidden_size, tp, reduce_results=False, kernels=backend.ops
+        )
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.ops)
+
+    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
+        x, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual, meta)
+        # the last MLP's partial sums, reduced
+        return self.layers[-1].sum_add_norm(self.norm, x, residual).value()
+
+
+class QwenModel(DecoderModel):
+    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
         if cfg.rope_scaling is not None:
             raise NotImplementedError(f"rope scaling {cfg.rope_scaling} for Qwen")
         rotary = RotaryEmbedding(
@@ -179,24 +200,35 @@ class QwenModel(nn.Module):
             is_neox=True,
             kernels=backend.ops,
         )
-        self.embed_tokens = VocabParallelEmbedding(
-            cfg.vocab_size, cfg.hidden_size, tp, reduce_results=False, kernels=backend.ops
-        )
-        self.layers = nn.ModuleList(
-            QwenDecoderLayer(cfg, rotary, tp, backend) for _ in range(cfg.num_hidden_layers)
-        )
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.ops)
-
-    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
-        x, residual = self.embed_tokens(input_ids), None
-        for layer in self.layers:
-            x, residual = layer(positions, x, residual, meta)
-        return (
-            self.layers[-1].sum_add_norm(self.norm, x, residual).value()
-        )  # the last MLP's partial sums, reduced
+        layers = [QwenDecoderLayer(cfg, rotary, tp, backend) for _ in range(cfg.num_hidden_layers)]
+        super().__init__(cfg, tp, backend, layers)
 
 # %% ../../nbs/models/09_qwen.ipynb #c010
-class QwenForCausalLM(nn.Module):
+class CausalLM(nn.Module):
+    "A trunk and its LM head: what the runner builds, loads weights into, and calls."
+
+    def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend, model: DecoderModel):
+        super().__init__()
+        self.config, self.model = cfg, model
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp, kernels=backend.ops)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def skip_checkpoint_keys(self, name: str) -> bool:
+        tied_head = self.config.tie_word_embeddings and name == "lm_head.weight"
+        return name.endswith("rotary_emb.inv_freq") or tied_head
+
+    def attention_layers(self) -> list[nn.Module]:
+        return [layer.self_attn.attn for layer in self.model.layers]
+
+    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
+        return self.model(input_ids, positions, meta)
+
+    def compute_logits(self, hidden: Tensor) -> Tensor:
+        return self.lm_head(hidden)
+
+
+class QwenForCausalLM(CausalLM):
     "Qwen2 / Qwen3 causal LM."
 
     packed_modules_mapping = {
@@ -208,23 +240,4 @@ class QwenForCausalLM(nn.Module):
     }
 
     def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
-        super().__init__()
-        self.config = cfg
-        self.model = QwenModel(cfg, tp, backend)
-        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp, kernels=backend.ops)
-        if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def skip_checkpoint_keys(self, name: str) -> bool:
-        return name.endswith("rotary_emb.inv_freq") or (
-            self.config.tie_word_embeddings and name == "lm_head.weight"
-        )
-
-    def attention_layers(self) -> list[Attention]:
-        return [layer.self_attn.attn for layer in self.model.layers]
-
-    def forward(self, input_ids: Tensor, positions: Tensor, meta: AttentionMetadata) -> Tensor:
-        return self.model(input_ids, positions, meta)
-
-    def compute_logits(self, hidden: Tensor) -> Tensor:
-        return self.lm_head(hidden)
+        super().__init__(cfg, tp, backend, QwenModel(cfg, tp, backend))
