@@ -38,7 +38,7 @@ def test_triton_backend_equals_torch(preset, checkpoints):
 
     Weights are drawn 10x wider than HF's default: at std 0.02 attention is nearly uniform, so even a wrong rotary
     layout leaves the tokens unchanged. The logits of every step are compared too."""
-    from metainfer.kernels.triton_elementwise import relative_error
+    from metainfer.kernels.triton_launch import relative_error
 
     g = torch.Generator().manual_seed(0)
     shared = torch.randint(0, 1000, (20,), generator=g).tolist()
