@@ -1,15 +1,18 @@
 """Compile every Triton kernel of the package for an H100/H200 (sm_90) on a machine without a GPU.
 
-Usage:  python tools/compile_check.py [--json out.json]      (CPU only; exits 1 if a kernel fails or is never compiled)
-Why: the CPU tests run the kernels on Triton's interpreter, which executes them as numpy and checks no GPU compile
-rule: a loop-carried tile that changes shape, a helper that is not `@triton.jit`, a register- or shared-memory limit,
-PTX the assembler rejects. Those surfaced only on the GPU machine, whose time is scarce (run16, run34). Here Triton's
-own launch path runs for real (the same argument specialization, the same compile pipeline down to `ptxas`), with
-a stand-in driver that reports an sm_90 target and no device, and with every launch turned into a compile-only
-warm-up. The package's ops are called at Qwen3-8B's and DeepSeek-V2-Lite's shapes with CPU tensors and 132 SMs (an
-H100/H200), once with programmatic dependent launch and once without, as a GPU would take them; nothing is computed, so
-nothing is checked numerically (the interpreter tests and the notebooks' GPU cells do that). Every `*_kernel` of the
-four Triton modules must compile at least once, so a new kernel needs a call here.
+Usage:  python tools/compile_check.py [--json out.json]
+        (CPU only; exits 1 if a kernel fails or is never compiled)
+Why: the CPU tests run the kernels on Triton's interpreter, which executes them as numpy and checks
+no GPU compile rule: a loop-carried tile that changes shape, a helper that is not `@triton.jit`, a
+register- or shared-memory limit, PTX the assembler rejects. Those surfaced only on the GPU machine,
+whose time is scarce (run16, run34). Here Triton's own launch path runs for real (the same argument
+specialization, the same compile pipeline down to `ptxas`), with a stand-in driver that reports an
+sm_90 target and no device, and with every launch turned into a compile-only warm-up. The package's
+ops are called at Qwen3-8B's and DeepSeek-V2-Lite's shapes with CPU tensors and 132 SMs (an
+H100/H200), once with programmatic dependent launch and once without, as a GPU would take them;
+nothing is computed, so nothing is checked numerically (the interpreter tests and the notebooks' GPU
+cells do that). Every `*_kernel` of the Triton modules in `MODULES` must compile at least once, so a
+new kernel needs a call here (and a new module a line in `MODULES`).
 """
 
 import argparse
@@ -52,7 +55,8 @@ MODULES = [  # every module that defines or launches a Triton kernel (under meta
 
 
 class CompileOnlyDriver:
-    "What Triton's launch path asks of a driver before it launches: a device, a stream and the target."
+    """What Triton's launch path asks of a driver before it launches: a device, a stream and the
+    target."""
 
     def get_current_device(self):
         return 0
@@ -77,14 +81,16 @@ _run = JITFunction.run
 
 
 def compile_only(self, *args, grid, warmup, **kwargs):
-    "A launch becomes a warm-up: specialize and compile (cached per specialization), launch nothing."
+    """A launch becomes a warm-up: specialize and compile (cached per specialization), launch
+    nothing."""
     kernel = _run(self, *args, grid=grid, warmup=True, **kwargs)
     compiled[self.__name__] = compiled.get(self.__name__, 0) + 1
     return kernel
 
 
 def install() -> list:
-    "The stand-in driver, compile-only launches, and an H100/H200's 132 SMs for the ops that read it; the modules."
+    """The stand-in driver, compile-only launches, and an H100/H200's 132 SMs for the ops that read
+    it; the modules."""
     triton_driver.set_active(CompileOnlyDriver())
     JITFunction.run = compile_only
     from metainfer.kernels import triton_launch
@@ -105,7 +111,8 @@ def set_pdl(modules: list, on: bool) -> None:
 
 
 def calls():
-    "(name, thunk) for each op call to compile: the engine's shapes, both model families, each variant a kernel takes."
+    """(name, thunk) for each op call to compile: the engine's shapes, both model families, each
+    variant a kernel takes."""
     from metainfer.layers.attention import make_metadata
     from metainfer.kernels.elementwise import Rope, rope_cos_sin_cache, rope_inv_freq
     from metainfer.distributed import symm_mem_kernel as sm
@@ -170,9 +177,8 @@ def calls():
                         ),
                     )
                 )
-            if (
-                T == 1
-            ):  # the row-parallel GEMV pushing its partials, and the all-reduce that then only waits
+            # the row-parallel GEMV pushing its partials, and the all-reduce that then only waits
+            if T == 1:
                 out += [
                     (
                         f"gemv o pushing world={world} rank={rank}",
@@ -189,7 +195,8 @@ def calls():
                 ]
             out.append(
                 (
-                    f"all_reduce_add_rms_norm no residual (embedding) world={world} rank={rank} T={T}",
+                    f"all_reduce_add_rms_norm no residual (embedding) world={world} rank={rank} "
+                    f"T={T}",
                     lambda x=x, w=w, b=bufs: sm.all_reduce_add_rms_norm(x, None, w, 1e-6, b),
                 )
             )
@@ -402,9 +409,9 @@ def main() -> int:
         "never_compiled": never,
     }
     print(
-        f"compile_check ({res['target']}, triton {triton.__version__}): {sum(compiled.values())} launches of "
-        f"{len(compiled)} kernels compiled in {res['seconds']:.0f} s; {len(failures)} calls failed; "
-        f"never compiled: {never or 'none'}"
+        f"compile_check ({res['target']}, triton {triton.__version__}): "
+        f"{sum(compiled.values())} launches of {len(compiled)} kernels compiled in "
+        f"{res['seconds']:.0f} s; {len(failures)} calls failed; never compiled: {never or 'none'}"
     )
     if args.json:
         with open(args.json, "w") as f:

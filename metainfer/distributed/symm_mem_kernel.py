@@ -16,8 +16,9 @@ __all__ = ['PushBuffers', 'all_reduce_add_rms_norm']
 # %% ../../nbs/distributed/04b_symm_mem_kernel.ipynb #bbee5fc4
 @dataclass
 class PushBuffers:
-    """Where `all_reduce_add_rms_norm` pushes: each rank's buffer `[2, 2, world, max_rows, max_hidden]` int64, zeroed at
-    start: [who pushed (the all-reduce kernel, or the GEMV that computed the partials), half, sender, row, column]."""
+    """Where `all_reduce_add_rms_norm` pushes: each rank's buffer `[2, 2, world, max_rows,
+    max_hidden]` int64, zeroed at start: [who pushed (the all-reduce kernel, or the GEMV that
+    computed the partials), half, sender, row, column]."""
 
     addresses: Tensor  # [world] int64 on the device: each rank's buffer, as mapped in this process
     counters: Tensor  # [max_rows] int32 on the device: calls per row so far (zeros at start)
@@ -30,7 +31,8 @@ class PushBuffers:
         return self.addresses.numel()
 
     def takes(self, x: Tensor) -> bool:
-        "Whether `x` `[T, N]` fits: at most `max_rows` rows of at most `max_hidden`, rows contiguous."
+        """Whether `x` `[T, N]` fits: at most `max_rows` rows of at most `max_hidden`, rows
+        contiguous."""
         return (
             x.dim() == 2
             and x.shape[0] <= self.max_rows
@@ -43,8 +45,9 @@ class PushBuffers:
 def _push_partials(
     x, offs, mask, addresses_ptr, count, rank, block, BY_GEMV: tl.constexpr, WORLD: tl.constexpr
 ):
-    """Push float32 partials `x` into every peer's buffer as (call count + 1, bits) words: at `offs` (row · max_hidden
-    + column) of the `[max_rows, max_hidden]` block (`block` words) of [by the GEMV, half `count & 1`, sender]."""
+    """Push float32 partials `x` into every peer's buffer as (call count + 1, bits) words: at `offs`
+    (row · max_hidden + column) of the `[max_rows, max_hidden]` block (`block` words) of [by the
+    GEMV, half `count & 1`, sender]."""
     word = ((count + 1).to(tl.int64) << 32) | (
         x.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     )
@@ -144,8 +147,9 @@ def all_reduce_add_rms_norm(
     max_spins: int = 1 << 30,  # reads of a peer's words before giving up (NaN)
     pushed: bool = False,  # the GEMV that computed `x` pushed it (`gemv(push=bufs)`)
 ) -> tuple[Tensor, Tensor]:
-    """`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns `(normed, residual)`.
-    Without a residual (the vocabulary-parallel embedding's rows), `rms_norm` of the sum, and the sum."""
+    """`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns
+    `(normed, residual)`. Without a residual (the vocabulary-parallel embedding's rows), `rms_norm`
+    of the sum, and the sum."""
     T, N = x.shape
     if not bufs.takes(x):
         raise ValueError(

@@ -18,7 +18,8 @@ __all__ = ['importable', 'FlashAttnAttention', 'VllmKernels']
 
 # %% ../../nbs/kernels/07g_external.ipynb #c004
 def importable(module: str) -> bool:
-    "Whether `module` imports here; a build for another torch or CUDA that fails at import counts as absent."
+    """Whether `module` imports here; a build for another torch or CUDA that fails at import counts
+    as absent."""
     try:
         importlib.import_module(module)
     except Exception:
@@ -27,7 +28,8 @@ def importable(module: str) -> bool:
 
 # %% ../../nbs/kernels/07g_external.ipynb #c006
 class FlashAttnAttention:
-    "FlashAttention-2 (the `flash_attn` package) with the interface of `TorchAttention`; `fallback` serves what it can't."
+    """FlashAttention-2 (the `flash_attn` package) with the interface of `TorchAttention`;
+    `fallback` serves what it can't."""
 
     name = "flash_attn"
 
@@ -42,7 +44,8 @@ class FlashAttnAttention:
 
     @staticmethod
     def supports(q: Tensor, cache: Tensor | None = None) -> bool:
-        "FlashAttention-2's limits: fp16/bf16, head dim <= 256, and a paged cache's block size a multiple of 256."
+        """FlashAttention-2's limits: fp16/bf16, head dim <= 256, and a paged cache's block size a
+        multiple of 256."""
         return flash_attention_takes(q.dtype, q.shape[-1]) and (
             cache is None or cache.shape[1] % 256 == 0
         )
@@ -104,7 +107,8 @@ class FlashAttnAttention:
 
 # %% ../../nbs/kernels/07g_external.ipynb #c008
 class VllmKernels(TorchKernels):
-    "vLLM's CUDA kernels with the interface of `TorchKernels`; they overwrite inputs the layers never read again."
+    """vLLM's CUDA kernels with the interface of `TorchKernels`; they overwrite inputs the layers
+    never read again."""
 
     name = "vllm"
 
@@ -156,7 +160,8 @@ class VllmKernels(TorchKernels):
         return q, k
 
     def silu_and_mul(self, x: Tensor) -> Tensor:
-        "Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it would copy `x`."
+        """Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it
+        would copy `x`."""
         return triton_silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x)
 
     # `linear` is cuBLAS, as vLLM's own linear layers use; `norm_linear` its add + norm, then cuBLAS

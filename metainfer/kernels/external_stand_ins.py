@@ -136,7 +136,8 @@ def _vllm_silu_and_mul(out, x):  # vLLM's layout: [gate | up]
 
 @contextlib.contextmanager
 def stand_ins():
-    "Install torch stand-ins for `flash_attn` and `vllm._custom_ops` (+ `torch.ops._C.silu_and_mul`) while inside."
+    """Install torch stand-ins for `flash_attn` and `vllm._custom_ops` (+
+    `torch.ops._C.silu_and_mul`) while inside."""
     fa = types.SimpleNamespace(
         flash_attn_varlen_func=fa_varlen_stand_in, flash_attn_with_kvcache=fa_kvcache_stand_in
     )

@@ -21,7 +21,8 @@ __all__ = ['KERNELS', 'ATTENTION', 'Backend', 'torch_backend', 'triton_backend',
 # %% ../../nbs/kernels/09h_registry.ipynb #e85d68db
 @dataclass(frozen=True)
 class Backend:
-    "The kernels one engine runs: one object per family of ops, chosen once and passed to the model."
+    """The kernels one engine runs: one object per family of ops, chosen once and passed to the
+    model."""
 
     name: str = "torch"
     ops: TorchKernels = TorchKernels()  # norms, rotary, activations, linear, embedding
@@ -108,7 +109,8 @@ def auto_attention(own: Any, gpu: bool) -> str:
 
 
 def select_backend(device: torch.device, kernels: str = "auto", attention: str = "auto") -> Backend:
-    "The backend of an engine on `device`, from `EngineConfig`'s `kernel_backend` and `attention_backend`."
+    """The backend of an engine on `device`, from `EngineConfig`'s `kernel_backend` and
+    `attention_backend`."""
     if kernels not in KERNEL_BACKENDS:
         raise ValueError(f"unknown kernel backend {kernels!r}: one of {KERNEL_BACKENDS}")
     if attention not in ATTENTION_BACKENDS:

@@ -31,14 +31,16 @@ def varlen_available() -> bool:
 
 
 def flash_attention_takes(dtype: torch.dtype, head_dim: int) -> bool:
-    "FlashAttention's limits (flash-attn's and PyTorch's `varlen_attn` alike): fp16/bf16, head dim <= 256."
+    """FlashAttention's limits (flash-attn's and PyTorch's `varlen_attn` alike): fp16/bf16, head dim
+    <= 256."""
     return dtype in (torch.float16, torch.bfloat16) and head_dim <= 256
 
 
 def causal_varlen(
     q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, scale: float, **kw
 ) -> Tensor:
-    "`varlen_attn` over the step's sequences (`cu_seqlens_q`/`_k`), causal and aligned to each context's end."
+    """`varlen_attn` over the step's sequences (`cu_seqlens_q`/`_k`), causal and aligned to each
+    context's end."""
     from torch.nn.attention.varlen import varlen_attn
 
     return varlen_attn(
@@ -64,7 +66,8 @@ def varlen_prefill(
     meta: AttentionMetadata,
     scale: float,
 ) -> Tensor:
-    "Prefill by `varlen_attn` on the step's own `k`/`v` (no cached prefix, 16-bit, on CUDA), else `paged_prefill`."
+    """Prefill by `varlen_attn` on the step's own `k`/`v` (no cached prefix, 16-bit, on CUDA), else
+    `paged_prefill`."""
     global _shares_kv_heads
     if meta.has_prefix or not (q.is_cuda and flash_attention_takes(q.dtype, q.shape[-1])):
         return paged_prefill(q, k_cache, v_cache, meta, scale)
@@ -88,7 +91,8 @@ def varlen_prefill(
     return attend(*(x.repeat_interleave(q.shape[1] // k.shape[1], 1) for x in (k, v)))
 
 
-_shares_kv_heads = None  # whether `varlen_attn` without an `enable_gqa` flag took fewer K/V heads (learnt on first use)
+# whether `varlen_attn` without an `enable_gqa` flag took fewer K/V heads (learnt on first use)
+_shares_kv_heads = None
 
 
 @functools.cache
@@ -97,7 +101,8 @@ def _takes_gqa_flag(varlen_attn) -> bool:
 
 # %% ../../nbs/kernels/07f_triton_attention.ipynb #c031
 class TritonAttention:
-    "Triton attention over the paged KV pool, with the interface of `TorchAttention`: the default GPU backend."
+    """Triton attention over the paged KV pool, with the interface of `TorchAttention`: the default
+    GPU backend."""
 
     name = "triton"
     store_kv = staticmethod(store_kv)
@@ -112,7 +117,8 @@ class TritonAttention:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        "Attention of new queries to their whole context; `k`/`v` are already stored, so the pools have it all."
+        """Attention of new queries to their whole context; `k`/`v` are already stored, so the pools
+        have it all."""
         return paged_prefill(q, k_cache, v_cache, meta, scale)
 
     @staticmethod
@@ -126,12 +132,14 @@ class TritonAttention:
         scale: float,
         rope: Rope | None = None,
     ) -> Tensor:
-        "Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its whole context: one launch."
+        """Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its
+        whole context: one launch."""
         return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope)
 
 
 class VarlenTritonAttention(TritonAttention):
-    "`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (the GPU default where it runs)."
+    """`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (the GPU
+    default where it runs)."""
 
     name = "varlen"
     prefill = staticmethod(varlen_prefill)

@@ -15,7 +15,8 @@ __all__ = []
 # %% ../../nbs/kernels/07d_triton_decode_kernel.ipynb #c020b
 @jit
 def _rope_factors(row_ptr, d, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
-    "For each dim `d` of a head: the dim it rotates with, and `cos`, `±sin` so that `x·cos + x_pair·sin` rotates it."
+    """For each dim `d` of a head: the dim it rotates with, and `cos`, `±sin` so that `x·cos +
+    x_pair·sin` rotates it."""
     rot = d < 2 * HALF  # dims past the rotary ones keep their value: cos 1, sin 0
     if IS_NEOX:
         i, pair, sign = (
@@ -34,7 +35,8 @@ def _rope_factors(row_ptr, d, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
 def _normed_rotated(
     ptr, rows, mask, d, pair, cos, sin, w, w_pair, eps, HEAD_DIM: tl.constexpr, NORM: tl.constexpr
 ):
-    "Heads `ptr + rows + d` `[R, BLOCK_D]`, RMS-normed (if `NORM`) then rotated, rounded where the rotary kernel rounds."
+    """Heads `ptr + rows + d` `[R, BLOCK_D]`, RMS-normed (if `NORM`) then rotated, rounded where the
+    rotary kernel rounds."""
     x = tl.load(ptr + rows[:, None] + d[None, :], mask=mask, other=0.0)
     xf = x.to(tl.float32)
     xp = tl.load(ptr + rows[:, None] + pair[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -98,8 +100,9 @@ def _decode_kernel(
     PDL: tl.constexpr,
 ):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    # Before the wait, only what no kernel of this step writes: the step's metadata (copied from the host before its
-    # first kernel), the tokens earlier steps cached, the rotary table and the norm weights.
+    # Before the wait, only what no kernel of this step writes: the step's metadata (copied from the
+    # host before its first kernel), the tokens earlier steps cached, the rotary table and the norm
+    # weights.
     ctx = tl.load(ctx_ptr + seq)
     split_len = (
         tl.maximum(tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N), 1) * BLOCK_N

@@ -6,7 +6,7 @@
 from __future__ import annotations  # noqa: F404
 import torch
 from torch import Tensor
-from .triton_launch import jit, pdl, pdl_sync, tl
+from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 from .elementwise import embedding_ref
 
 # %% auto #0
@@ -33,7 +33,8 @@ def _embedding_kernel(
 
 
 def embedding(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
-    "`embedding_ref`: rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start, start + rows)`."
+    """`embedding_ref`: rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start,
+    start + rows)`."""
     if weight.stride(1) != 1:
         return embedding_ref(ids, weight, start)
     flat, D = ids.reshape(-1).contiguous(), weight.shape[1]  # (the kernel reads id t at t)

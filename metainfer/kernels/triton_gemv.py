@@ -7,19 +7,20 @@ from __future__ import annotations  # noqa: F404
 import functools
 import torch
 from torch import Tensor
-from .elementwise import TorchKernels, linear_ref
+from .elementwise import linear_ref
 from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 from .triton_norms import _inv_rms, _normed, add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul, silu_mul_pairs
 from ..distributed.symm_mem_kernel import PushBuffers, _push_partials
 
 # %% auto #0
-__all__ = ['num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'one_gpu_row', 'linear', 'norm_linear']
+__all__ = ['ACTIVATIONS', 'num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'one_gpu_row', 'linear', 'norm_linear']
 
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #b04fa150
 @jit
 def _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL: tl.constexpr):
-    "Columns `kk` of `x + residual` (of `x` alone without one), rounded to `x`'s dtype as `add_rms_norm` rounds them."
+    """Columns `kk` of `x + residual` (of `x` alone without one), rounded to `x`'s dtype as
+    `add_rms_norm` rounds them."""
     x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
     if HAS_RESIDUAL:
         x = (x.to(tl.float32) + tl.load(res_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)).to(
@@ -32,7 +33,8 @@ def _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL: tl.constexpr):
 def _gemv_input(
     x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr
 ):
-    "Columns `kk` of the GEMV's input in float32: `x`, or with `NORM` `RMSNorm(x + residual)`, rounded as `add_rms_norm` rounds it."
+    """Columns `kk` of the GEMV's input in float32: `x`, or with `NORM` `RMSNorm(x + residual)`,
+    rounded as `add_rms_norm` rounds it."""
     if NORM:
         x = _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL)
         nw = tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
@@ -78,7 +80,8 @@ def _gemv_kernel(
     )  # weights: before the wait
     pdl_sync(PDL)
     rstd = 1.0
-    if NORM:  # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does (one
+    # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does (one
+    if NORM:
         kx = tl.arange(0, BLOCK_X)[
             None, :
         ]  # [1, BLOCK_X] tile, four warps), and the first stores the new residual
@@ -96,14 +99,14 @@ def _gemv_kernel(
     if HAS_BIAS:
         acc += tl.load(b_ptr + n, mask=valid, other=0.0).to(tl.float32)
     y = acc.to(out_ptr.dtype.element_ty)
-    if SILU_MUL:  # rows interleaved (gate, up, gate, ...): pairs of this tile, as the activation kernel does them
+    # rows interleaved (gate, up, gate, ...): pairs of this tile, as the activation kernel does them
+    if SILU_MUL:
         out = tl.program_id(0) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
         tl.store(out_ptr + out, silu_mul_pairs(tl.reshape(y, [BLOCK_N // 2, 2])), mask=out < N // 2)
     else:
         tl.store(out_ptr + n, y, mask=valid)
-    if (
-        PUSH_WORLD > 1
-    ):  # row-parallel partials (float32), pushed to the peers for the all-reduce + norm that follows
+    # row-parallel partials (float32), pushed to the peers for the all-reduce + norm that follows
+    if PUSH_WORLD > 1:
         _push_partials(
             y,
             n,
@@ -119,7 +122,8 @@ def _gemv_kernel(
 
 @functools.cache
 def num_sms(device: torch.device) -> int:
-    "Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling decisions too)."
+    """Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling
+    decisions too)."""
     return (
         torch.cuda.get_device_properties(device).multi_processor_count
         if device.type == "cuda"
@@ -138,7 +142,8 @@ def gemv(
     residual_out: Tensor | None = None,  # [K], with a residual: where `x + residual` is stored
     push: PushBuffers | None = None,
 ) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
-    "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the row RMS-normalized first."
+    "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the"
+    "row RMS-normalized first."
     if act not in (None, "silu_and_mul"):
         raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
@@ -208,16 +213,21 @@ def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
 
 
 def prologue_norms_alike(K: int) -> bool:
-    """Whether a GEMV prologue (4 warps) normalizes a row of `K` as `_norm_launch` does a single row: `K` a multiple of
-    16 (both load the row alike) and at most 4,096 wide (the norm kernel's 4-warp tiles)."""
+    """Whether a GEMV prologue (4 warps) normalizes a row of `K` as `_norm_launch` does a single
+    row: `K` a multiple of 16 (both load the row alike) and at most 4,096 wide (the norm kernel's
+    4-warp tiles)."""
     return K % 16 == 0 and next_pow2(K) <= 4096
 
 
 def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
-    "Whether `gemv` takes this product: a single row on a GPU, weights of its dtype in contiguous rows."
+    """Whether `gemv` takes this product: a single row on a GPU, weights of its dtype in contiguous
+    rows."""
     return (
         x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype
     )
+
+
+ACTIVATIONS = {"silu_and_mul": silu_and_mul}  # what `act` may name: the activation ops
 
 
 def linear(
@@ -227,11 +237,12 @@ def linear(
     out_dtype: torch.dtype | None = None,
     act: str | None = None,
 ) -> Tensor:
-    "`linear_ref`, then Triton's `act`; one row on a GPU (a batch-1 decode step) is one `gemv`, `act` in it."
+    """`linear_ref`, then Triton's `act`; one row on a GPU (a batch-1 decode step) is one `gemv`,
+    `act` in it."""
     if one_gpu_row(x, weight):
         return gemv(x, weight, bias, out_dtype, act)
     y = linear_ref(x, weight, bias, out_dtype)
-    return y if act is None else getattr(TritonKernels, act)(y)
+    return y if act is None else ACTIVATIONS[act](y)
 
 
 def norm_linear(
@@ -243,8 +254,9 @@ def norm_linear(
     bias: Tensor | None = None,
     act: str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one `gemv` launch with the norm
-    in its prologue (same bits). In a graph a launch costs no host time, and the norm kernel is the faster of the two."""
+    """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one
+    `gemv` launch with the norm in its prologue (same bits). In a graph a launch costs no host time,
+    and the norm kernel is the faster of the two."""
     if not (
         one_gpu_row(x, weight)
         and norm_weight.dtype == x.dtype

@@ -25,7 +25,8 @@ def interpreting() -> bool:
 
 
 def available() -> bool:
-    "Whether these kernels can run here: triton imports, and there is a CUDA device or the interpreter is on."
+    """Whether these kernels can run here: triton imports, and there is a CUDA device or the
+    interpreter is on."""
     return triton is not None and (torch.cuda.is_available() or interpreting())
 
 
@@ -34,8 +35,9 @@ if triton is not None:
     from triton.runtime.jit import JITFunction
 
     def c_launch(kernel: CompiledKernel):
-        """The compiled kernel's C launch function with its two fixed flags, or None. Triton's Python launcher around it
-        (`CudaLauncher.__call__`) only adds scratch buffers, which the package's kernels do not use."""
+        """The compiled kernel's C launch function with its two fixed flags, or None. Triton's
+        Python launcher around it (`CudaLauncher.__call__`) only adds scratch buffers, which the
+        package's kernels do not use."""
         r = (
             kernel._run
         )  # set by the first launch (None while only compiled, as in tools/compile_check.py)
@@ -50,26 +52,30 @@ if triton is not None:
         return r.launch, r.launch_cooperative_grid, r.launch_pdl
 
     class LeanJITFunction(JITFunction):
-        """A `triton.jit` function whose launches skip most of Triton's Python launch path once a kernel is compiled.
-        Triton's `run` costs about 16 µs of host time a launch on the H200 hosts, against 6.5 µs for the compiled
-        kernel's own launcher (run16). Here the arguments are specialized by Triton's own binder, so a launch gets
-        the kernel Triton would pick, but the kernel is found by that specialization directly: no string key, no
-        check of the kernel's globals, no launch metadata and no calls of the (empty) launch hooks; with a hook set, as
-        a profiler may do, every launch takes Triton's path. Two things Triton does are not done again per launch: it
-        keys on the specialization's text, where this key compares constexpr values by equality (`True == 1 == 1.0`;
-        each kernel here has one call site, which passes one type), and it checks that the kernel's globals have not
-        changed since compiling (the package's kernels read none that change)."""
+        """A `triton.jit` function whose launches skip most of Triton's Python launch path once a
+        kernel is compiled. Triton's `run` costs about 16 µs of host time a launch on the H200
+        hosts, against 6.5 µs for the compiled kernel's own launcher (run16). Here the arguments are
+        specialized by Triton's own binder, so a launch gets the kernel Triton would pick, but the
+        kernel is found by that specialization directly: no string key, no check of the kernel's
+        globals, no launch metadata and no calls of the (empty) launch hooks; with a hook set, as a
+        profiler may do, every launch takes Triton's path. Two things Triton does are not done again
+        per launch: it keys on the specialization's text, where this key compares constexpr values
+        by equality (`True == 1 == 1.0`; each kernel here has one call site, which passes one type),
+        and it checks that the kernel's globals have not changed since compiling (the package's
+        kernels read none that change)."""
 
         def __init__(self, fn, **kwargs):
             super().__init__(fn, **kwargs)
-            self.compiled = {}  # (device, specialization, options) -> (CompiledKernel, `c_launch` of it)
+            # (device, specialization, options) -> (CompiledKernel, `c_launch` of it)
+            self.compiled = {}
 
         def run(self, *args, grid, warmup, **kwargs):
             on_enter, on_exit = (
                 triton.knobs.runtime.launch_enter_hook,
                 triton.knobs.runtime.launch_exit_hook,
             )
-            # a hook set (as a profiler may): Triton's path; Triton 3.6's hooks are always-present, maybe empty, chains
+            # a hook set (as a profiler may): Triton's path; Triton 3.6's hooks are always-present,
+            # maybe empty, chains
             if (
                 warmup
                 or self.pre_run_hooks
@@ -119,7 +125,8 @@ if triton is not None:
                     None,
                     *bound.values(),
                 )
-            else:  # no scratch buffers, no launch metadata, no hooks (None: the C launcher skips them)
+            # no scratch buffers, no launch metadata, no hooks (None: the C launcher skips them)
+            else:
                 c, cooperative, pdl_ = launch
                 c(
                     *g,
@@ -139,7 +146,8 @@ if triton is not None:
 
 
 def jit(fn):
-    "`triton.jit`: compiled kernels launch through `LeanJITFunction` unless `METAINFER_LEAN_LAUNCH=0`; the interpreter runs Triton's own."
+    """`triton.jit`: compiled kernels launch through `LeanJITFunction` unless
+    `METAINFER_LEAN_LAUNCH=0`; the interpreter runs Triton's own."""
     if triton is None:
         return fn
     if interpreting() or os.environ.get("METAINFER_LEAN_LAUNCH", "1") == "0":
@@ -148,14 +156,16 @@ def jit(fn):
 
 
 def relative_error(out: Tensor, ref: Tensor) -> float:
-    "`‖out − ref‖ / ‖ref‖` in float64: the one error measure of the GPU checks (NaN never passes a `<` test)."
+    """`‖out − ref‖ / ‖ref‖` in float64: the one error measure of the GPU checks (NaN never passes a
+    `<` test)."""
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
 
 # %% ../../nbs/kernels/03a_triton_launch.ipynb #d74d81ec
 @functools.cache
 def pdl() -> bool:
-    "Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled, `METAINFER_PDL` not `0`."
+    """Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled,
+    `METAINFER_PDL` not `0`."""
     return (
         triton is not None
         and not interpreting()
@@ -166,18 +176,21 @@ def pdl() -> bool:
 
 
 def cdiv(a: int, b: int) -> int:
-    "`⌈a / b⌉` on the host. `triton.cdiv` is a constexpr function, about 2 µs a call outside a kernel."
+    """`⌈a / b⌉` on the host. `triton.cdiv` is a constexpr function, about 2 µs a call outside a
+    kernel."""
     return -(-a // b)
 
 
 def next_pow2(n: int) -> int:
-    "The least power of two ≥ `n` (0 for 0), as `triton.next_power_of_2` on the host, without its 2 µs a call."
+    """The least power of two ≥ `n` (0 for 0), as `triton.next_power_of_2` on the host, without its
+    2 µs a call."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
 @jit
 def pdl_sync(PDL: tl.constexpr):
-    "With PDL: let the next kernel launch, then wait until the previous kernel's writes are visible."
+    """With PDL: let the next kernel launch, then wait until the previous kernel's writes are
+    visible."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()

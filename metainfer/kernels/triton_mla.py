@@ -41,14 +41,17 @@ def _store_latent_kernel(
     BLOCK_DR: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    "Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache (`NORM`: `c` RMS-normalized on the way)."
+    """Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache (`NORM`: `c` RMS-
+    normalized on the way)."""
     t = tl.program_id(0).to(tl.int64)
     pdl_sync(PDL)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     dst = cache_ptr + (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct
     r, dr = tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_DR)
     c = tl.load(c_ptr + t * stride_c + r, mask=r < R, other=0.0)
-    if NORM:  # as `rms_norm`: float32 statistics, normalized value rounded to c's dtype, then times the weight
+    # as `rms_norm`: float32 statistics, normalized value rounded to c's dtype, then times the
+    # weight
+    if NORM:
         cf = c.to(tl.float32)
         normed = (cf * (1.0 / tl.sqrt(tl.sum(cf * cf, 0) / R + eps))).to(c.dtype).to(tl.float32)
         c = normed * tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)
@@ -100,7 +103,8 @@ def mla_prefill_varlen(
     scale: float,
     max_kv_bytes: int = 2**29,
 ) -> Tensor:
-    "As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then `varlen_attn`: `[T, H, dv]`."
+    """As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then
+    `varlen_attn`: `[T, H, dv]`."""
     (_, H, dn), dr, r, dv = q_nope.shape, q_pe.shape[-1], w_uk.shape[-1], w_uv.shape[1]
     assert dv <= dn + dr, "V is padded to the query/key head dim"
     max_tokens = max_kv_bytes // (
@@ -134,7 +138,8 @@ def _in_groups(
     scale: float,
     max_tokens: int,
 ) -> Tensor:
-    "`prefill` over groups of whole sequences of at most `max_tokens` context tokens (at least one sequence a group)."
+    """`prefill` over groups of whole sequences of at most `max_tokens` context tokens (at least one
+    sequence a group)."""
     cq, ck = meta.cu_seqlens_q.tolist(), meta.cu_seqlens_k.tolist()
     out = q_nope.new_empty(*q_nope.shape[:2], w_uv.shape[1])
     i, B = 0, len(cq) - 1
@@ -162,7 +167,8 @@ def _in_groups(
 
 
 class TritonMLA:
-    "MLA with a Triton absorbed decode, with the interface of `TorchMLA`: the GPU backend of the MLA table."
+    """MLA with a Triton absorbed decode, with the interface of `TorchMLA`: the GPU backend of the
+    MLA table."""
 
     name = "triton"
     store_latent = staticmethod(store_latent)
@@ -177,7 +183,8 @@ class TritonMLA:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        "`mla_prefill_varlen` where PyTorch's FlashAttention runs (CUDA, 16-bit), else `TorchMLA.prefill`."
+        """`mla_prefill_varlen` where PyTorch's FlashAttention runs (CUDA, 16-bit), else
+        `TorchMLA.prefill`."""
         if (
             q_nope.is_cuda
             and flash_attention_takes(q_nope.dtype, q_nope.shape[-1] + q_pe.shape[-1])
@@ -196,7 +203,8 @@ class TritonMLA:
         meta: AttentionMetadata,
         scale: float,
     ) -> Tensor:
-        "As `TorchMLA.decode`: `W_UK` into the query, Triton attention over the latents, `W_UV` after: `[B, H, dv]`."
+        """As `TorchMLA.decode`: `W_UK` into the query, Triton attention over the latents, `W_UV`
+        after: `[B, H, dv]`."""
         q = torch.einsum("bhd,hdr->bhr", q_nope, w_uk)  # [B, H, r]
         return torch.einsum(
             "bhr,hvr->bhv", mla_decode_latent(q, q_pe, latent_cache, meta, scale), w_uv

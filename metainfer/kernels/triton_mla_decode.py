@@ -4,6 +4,7 @@
 
 # %% ../../nbs/kernels/09f_triton_mla_decode.ipynb #6cb36fc9
 from __future__ import annotations  # noqa: F404
+import math
 import torch
 from torch import Tensor
 from ..layers.attention import AttentionMetadata
@@ -113,7 +114,8 @@ def _mla_merge_kernel(
     BLOCK_R: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    "One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, empty splits weigh 0."
+    """One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, empty
+    splits weigh 0."""
     b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     pdl_sync(PDL)
     s, r = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_R)
@@ -147,7 +149,8 @@ def mla_decode_latent(
         t if t.stride(-1) == 1 else t.contiguous() for t in (q, q_pe)
     )  # the two parts: no concatenation
     BLOCK_H = max(16, min(next_pow2(H), 32))
-    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of >= 512 latents
+    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of >= 512
+    # latents
     num_splits = num_splits or decode_splits(
         B, cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=512
     )

@@ -105,7 +105,8 @@ def _moe_sum_kernel(
     BLOCK_D: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    "Each token's `K` weighted expert rows summed in float32 (other ranks' experts skipped), `+ add`, cast to the output."
+    """Each token's `K` weighted expert rows summed in float32 (other ranks' experts skipped), `+
+    add`, cast to the output."""
     t = tl.program_id(0).to(tl.int64)
     pdl_sync(PDL)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -122,8 +123,10 @@ def _moe_sum_kernel(
 
 
 def moe_tiles(pairs: int, itemsize: int = 2, pair_tiles: bool = False) -> dict:
-    "Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs (H200 sweeps run7, run15)."
-    # for 16-bit weights; float32 ones get half the K tile, so the staged tiles still fit in shared memory
+    """Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs
+    (H200 sweeps run7, run15)."""
+    # for 16-bit weights; float32 ones get half the K tile, so the staged tiles still fit in shared
+    # memory
     if pair_tiles:
         return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
     if pairs <= 512:
@@ -142,7 +145,8 @@ def fused_moe(
     block_m: int | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> Tensor:  # float32: a partial sum for the all-reduce
-    "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped GEMMs."
+    "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped"
+    "GEMMs."
     T, D = x.shape
     El, Il, K = gate_up.shape[0], down.shape[2], topk_ids.shape[1]
     pair_tiles = (
@@ -235,7 +239,8 @@ def fused_moe(
 
 
 def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
-    "`router_logits` as one GEMM on a GPU: 16-bit products are exact in float32, and cuBLAS sums them in float32."
+    """`router_logits` as one GEMM on a GPU: 16-bit products are exact in float32, and cuBLAS sums
+    them in float32."""
     if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype:
         return linear_ref(
             x, weight, out_dtype=torch.float32

@@ -33,7 +33,8 @@ def _route_kernel(
     BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    "One token's experts: scores, (grouped) top-k by repeated arg-max, weights; the experts as a [groups, size] tile."
+    """One token's experts: scores, (grouped) top-k by repeated arg-max, weights; the experts as a
+    [groups, size] tile."""
     t = tl.program_id(0).to(tl.int64)
     pdl_sync(PDL)
     GS: tl.constexpr = E // N_GROUP
@@ -122,7 +123,8 @@ def select_experts_triton(
 def moe_align(
     topk_ids: Tensor, expert_start: int, num_local_experts: int, block_m: int
 ) -> tuple[Tensor, Tensor]:
-    "`(sorted_ids [P], block_expert [P / block_m])`: pairs sorted by local expert, each run padded to `block_m`."
+    """`(sorted_ids [P], block_expert [P / block_m])`: pairs sorted by local expert, each run padded
+    to `block_m`."""
     TK, El, dev = topk_ids.numel(), num_local_experts, topk_ids.device
     local = topk_ids.flatten().long() - expert_start
     eid = torch.where((local >= 0) & (local < El), local, El)  # [TK]; El: not on this rank
@@ -162,7 +164,8 @@ def _moe_align_kernel(
     BLOCK_E: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    "One program: padding rows everywhere; pairs counted per expert; runs laid out; each pair to a row of its run."
+    """One program: padding rows everywhere; pairs counted per expert; runs laid out; each pair to a
+    row of its run."""
     pdl_sync(PDL)
     i, e_all = tl.arange(0, BLOCK), tl.arange(0, BLOCK_E)
     real = e_all < n_experts
@@ -202,7 +205,8 @@ def _moe_align_kernel(
 def moe_align_triton(
     topk_ids: Tensor, expert_start: int, num_local_experts: int, block_m: int
 ) -> tuple[Tensor, Tensor]:
-    "`moe_align` in one launch (instead of about twenty): the same runs and tiles; within a run, pairs in any order."
+    """`moe_align` in one launch (instead of about twenty): the same runs and tiles; within a run,
+    pairs in any order."""
     TK, El, dev = topk_ids.numel(), num_local_experts, topk_ids.device
     P = -(-(TK + El * (block_m - 1)) // block_m) * block_m
     sorted_ids = torch.empty(P, dtype=torch.int32, device=dev)

@@ -14,13 +14,15 @@ __all__ = ['rms_norm', 'add_rms_norm']
 # %% ../../nbs/kernels/03b_triton_norms.ipynb #c008
 @jit
 def _inv_rms(xf, N, eps):
-    "`1 / RMS` of each row of a float32 tile `[R, BLOCK]` (`N` real columns): one reduction order for every caller."
+    """`1 / RMS` of each row of a float32 tile `[R, BLOCK]` (`N` real columns): one reduction order
+    for every caller."""
     return 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / N + eps)
 
 
 @jit
 def _normed(xf, rstd, w, dtype: tl.constexpr):
-    "`xf · rstd`, rounded to `dtype` as HF rounds before the weight, times the float32 weight `w` (float32; not rounded)."
+    """`xf · rstd`, rounded to `dtype` as HF rounds before the weight, times the float32 weight `w`
+    (float32; not rounded)."""
     return (xf * rstd).to(dtype).to(tl.float32) * w
 
 
@@ -68,7 +70,8 @@ def _rms_norm_kernel(
 
 # %% ../../nbs/kernels/03b_triton_norms.ipynb #c010
 def _as_rows(x: Tensor) -> Tensor:
-    "`x` `[..., B, N]` as a `[A, B, N]` view (`[T, 1, N]` for 2-D `x`), copied only if its last dim is strided."
+    """`x` `[..., B, N]` as a `[A, B, N]` view (`[T, 1, N]` for 2-D `x`), copied only if its last
+    dim is strided."""
     x3 = x.reshape(-1, x.shape[-2] if x.dim() > 2 else 1, x.shape[-1])
     return x3 if x3.stride(-1) == 1 else x3.contiguous()
 

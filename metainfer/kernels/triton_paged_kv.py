@@ -4,9 +4,8 @@
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #3efacd1b
 from __future__ import annotations  # noqa: F404
-import torch
 from torch import Tensor
-from .triton_launch import jit, pdl, pdl_sync, tl
+from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
 
 # %% auto #0
 __all__ = ['store_kv']
@@ -48,7 +47,8 @@ def _store_kv_kernel(
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #c007
 def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
-    "Strides of a pool's block, slot and head dims; K and V pools must share them (`KVPool`'s views do)."
+    """Strides of a pool's block, slot and head dims; K and V pools must share them (`KVPool`'s
+    views do)."""
     if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1:
         raise ValueError("K and V pools must share strides, with a contiguous last dim")
     return k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)
@@ -106,7 +106,8 @@ def _kv_tile(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    "The K and V `[BLOCK_N, D]` of one sequence's cached tokens `n` (zeros where not `valid`), through its block table."
+    """The K and V `[BLOCK_N, D]` of one sequence's cached tokens `n` (zeros where not `valid`),
+    through its block table."""
     d = tl.arange(0, BLOCK_D)
     page = tl.load(table_ptr + n // PAGE, mask=valid, other=0).to(tl.int64)
     offs = (page * stride_cb + (n % PAGE) * stride_ct + kv_head * stride_ch)[:, None] + d[None, :]
@@ -118,7 +119,8 @@ def _kv_tile(
 
 @jit
 def _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION: tl.constexpr):
-    "Fold one K/V tile into the online softmax of `q` `[M, D]`; `keep` `[M, BLOCK_N]` says which scores count."
+    """Fold one K/V tile into the online softmax of `q` `[M, D]`; `keep` `[M, BLOCK_N]` says which
+    scores count."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, BLOCK_N], base-2 logits
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
@@ -153,7 +155,8 @@ def _attend(
     BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    "Online softmax of the query tile `q` `[M, D]` over one sequence's cached tokens `[start, end)`."
+    """Online softmax of the query tile `q` `[M, D]` over one sequence's cached tokens `[start,
+    end)`."""
     for n0 in range(start, end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         valid = n < end

@@ -132,7 +132,8 @@ def paged_prefill(
     num_warps: int = 4,
     num_stages: int = 3,  # Triton launch options
 ) -> Tensor:
-    "Causal attention of each sequence's new queries to its whole context in the pools: `[T, H, D]`."
+    """Causal attention of each sequence's new queries to its whole context in the pools: `[T, H,
+    D]`."""
     T, H, D = q.shape
     Hk = k_cache.shape[2]
     BLOCK_G = next_pow2(H // Hk)

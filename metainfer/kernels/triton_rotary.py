@@ -4,7 +4,6 @@
 
 # %% ../../nbs/kernels/03c_triton_rotary.ipynb #d2f3a235
 from __future__ import annotations  # noqa: F404
-import torch
 from torch import Tensor
 from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
 from .triton_norms import _normed
@@ -32,7 +31,8 @@ def _rotate_heads(
     BLOCK_HALF: tl.constexpr,
     BLOCK_TAIL: tl.constexpr,
 ):
-    "Rotate the first `2·HALF` dims of every head of token `t` in place, after RMSNorm of each head if `HAS_NORM`."
+    """Rotate the first `2·HALF` dims of every head of token `t` in place, after RMSNorm of each
+    head if `HAS_NORM`."""
     h, i = tl.arange(0, BLOCK_H), tl.arange(0, BLOCK_HALF)
     if IS_NEOX:
         first, second = i, i + HALF
@@ -144,7 +144,8 @@ def rotary(
     k_weight: Tensor | None = None,  # [D]: the same for k
     eps: float = 1e-6,
 ) -> tuple[Tensor, Tensor]:
-    "Rotate `q` and `k` by their positions (after RMSNorm of each head if given the weights), in place; returns them."
+    """Rotate `q` and `k` by their positions (after RMSNorm of each head if given the weights), in
+    place; returns them."""
     q, k = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k))
     half, D = cos_sin_cache.shape[-1] // 2, q.shape[-1]
     _rotary_kernel[(q.shape[0],)](

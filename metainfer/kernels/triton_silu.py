@@ -6,7 +6,7 @@
 from __future__ import annotations  # noqa: F404
 import torch
 from torch import Tensor
-from .triton_launch import cdiv, jit, pdl, pdl_sync, tl
+from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 
 # %% auto #0
 __all__ = ['silu_mul_pairs', 'silu_and_mul']
@@ -14,7 +14,8 @@ __all__ = ['silu_mul_pairs', 'silu_and_mul']
 # %% ../../nbs/kernels/03d_triton_silu.ipynb #c023
 @jit
 def silu_mul_pairs(pairs):
-    "`silu(gate) * up` of a `[BLOCK, 2]` tile of (gate, up) pairs, rounded where the torch reference rounds."
+    """`silu(gate) * up` of a `[BLOCK, 2]` tile of (gate, up) pairs, rounded where the torch
+    reference rounds."""
     gate, up = tl.split(pairs)
     g = gate.to(tl.float32)
     act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
@@ -34,7 +35,8 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: 
 
 
 def silu_and_mul(x: Tensor) -> Tensor:
-    "`[..., 2I] -> [..., I]`: `silu(gate) * up` of the interleaved pairs `x[..., 0::2]`, `x[..., 1::2]`."
+    """`[..., 2I] -> [..., I]`: `silu(gate) * up` of the interleaved pairs `x[..., 0::2]`, `x[...,
+    1::2]`."""
     if x.shape[-1] % 2:
         raise ValueError(f"silu_and_mul takes (gate, up) pairs: last dim {x.shape[-1]} is odd")
     x2 = x.reshape(-1, x.shape[-1])

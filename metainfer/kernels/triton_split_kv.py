@@ -33,7 +33,8 @@ def _merge_pieces(
     BLOCK_S: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
-    "`out = Σ_s w_s acc_s / Σ_s w_s l_s`, `w_s = 2^(m_s − max m)`, over the first `used` pieces of `row` `[BLOCK_G]`."
+    """`out = Σ_s w_s acc_s / Σ_s w_s l_s`, `w_s = 2^(m_s − max m)`, over the first `used` pieces of
+    `row` `[BLOCK_G]`."""
     s = tl.arange(0, BLOCK_S)
     heads = (g < GROUP)[:, None]
     m = tl.load(
@@ -83,8 +84,10 @@ def _merge_pieces(
 def decode_splits(
     batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256
 ) -> int:
-    "How many pieces to split each context into: about 4 programs per multiprocessor, of at least `min_tokens` each."
-    # from the bucketed batch, so a step splits (and sums) alike with and without CUDA graphs, which pad to the bucket
+    """How many pieces to split each context into: about 4 programs per multiprocessor, of at least
+    `min_tokens` each."""
+    # from the bucketed batch, so a step splits (and sums) alike with and without CUDA graphs, which
+    # pad to the bucket
     programs = cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
     return max(1, min(programs, cdiv(max_context, min_tokens), 128))
 
