@@ -1,7 +1,9 @@
-"""Every Triton kernel compiles for an H100/H200 (sm_90), checked here without a GPU (`tools/compile_check.py`).
+"""Every Triton kernel compiles for an H100/H200 (sm_90), checked here without a GPU
+(`tools/compile_check.py`).
 
-The interpreter tests run the kernels' arithmetic but none of the GPU compiler's rules; this runs Triton's own
-specialization and compile pipeline (down to ptxas) on the ops' real launches, launching nothing."""
+The interpreter tests run the kernels' arithmetic but none of the GPU compiler's rules; this runs
+Triton's own specialization and compile pipeline (down to ptxas) on the ops' real launches,
+launching nothing."""
 
 import os
 import subprocess

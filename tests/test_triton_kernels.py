@@ -1,4 +1,5 @@
-"""The Triton backends inside the engine: greedy tokens equal the torch backend's (on CPU, through Triton's interpreter)."""
+"""The Triton backends inside the engine: greedy tokens equal the torch backend's (on CPU, through
+Triton's interpreter)."""
 
 import os
 import sys
@@ -6,8 +7,9 @@ import pytest
 import torch
 
 if not torch.cuda.is_available():
-    # As in the Triton notebooks: triton picks interpreter or compiler when it is imported, so import it afresh with
-    # the flag set; the patch makes triton 3.6's interpreter work with numpy >= 2.4 (triton-lang/triton#9171).
+    # As in the Triton notebooks: triton picks interpreter or compiler when it is imported, so
+    # import it afresh with the flag set; the patch makes triton 3.6's interpreter work with numpy
+    # >= 2.4 (triton-lang/triton#9171).
     os.environ["TRITON_INTERPRET"] = "1"
     for m in [
         m
@@ -29,16 +31,18 @@ from metainfer import LLM, SamplingParams
 pytest.importorskip("triton")
 
 
-# GQA with q/k norm; one KV head; MLA + MoE with a softmax router; the same with a sigmoid, biased, grouped router
+# GQA with q/k norm; one KV head; MLA + MoE with a softmax router; the same with a sigmoid, biased,
+# grouped router
 @pytest.mark.parametrize(
     "preset", ["qwen3-tiny", "qwen3-tiny-mqa", "deepseek-v2-tiny", "deepseek-v3-tiny"]
 )
 def test_triton_backend_equals_torch(preset, checkpoints):
-    """Three prompts sharing a 20-token prefix (block size 4: the later prefills hit the prefix cache), 6 tokens each.
+    """Three prompts sharing a 20-token prefix (block size 4: the later prefills hit the prefix
+    cache), 6 tokens each.
 
-    Weights are drawn 10x wider than HF's default: at std 0.02 attention is nearly uniform, so even a wrong rotary
-    layout leaves the tokens unchanged. The logits of every step are compared too."""
-    from metainfer.kernels.triton_elementwise import relative_error
+    Weights are drawn 10x wider than HF's default: at std 0.02 attention is nearly uniform, so even
+    a wrong rotary layout leaves the tokens unchanged. The logits of every step are compared too."""
+    from metainfer.kernels.triton_launch import relative_error
 
     g = torch.Generator().manual_seed(0)
     shared = torch.randint(0, 1000, (20,), generator=g).tolist()
@@ -75,9 +79,9 @@ def test_triton_backend_equals_torch(preset, checkpoints):
 
 
 def test_two_engines_two_backends_interleaved(checkpoints):
-    """Two `LLM`s in one process, one on the torch kernels and one on Triton's (its interpreter on a CPU), built
-    before either runs and called in turns: each gives HF's greedy tokens. With process-wide kernel tables the
-    second engine used to switch the first one's kernels."""
+    """Two `LLM`s in one process, one on the torch kernels and one on Triton's (its interpreter on a
+    CPU), built before either runs and called in turns: each gives HF's greedy tokens. With
+    process-wide kernel tables the second engine used to switch the first one's kernels."""
     from metainfer.testing import hf_model, hf_greedy
 
     ckpt = str(checkpoints("qwen3-tiny", initializer_range=0.2))

@@ -1,18 +1,22 @@
 """Compile every Triton kernel of the package for an H100/H200 (sm_90) on a machine without a GPU.
 
-Usage:  python tools/compile_check.py [--json out.json]      (CPU only; exits 1 if a kernel fails or is never compiled)
-Why: the CPU tests run the kernels on Triton's interpreter, which executes them as numpy and checks no GPU compile
-rule: a loop-carried tile that changes shape, a helper that is not `@triton.jit`, a register- or shared-memory limit,
-PTX the assembler rejects. Those surfaced only on the GPU machine, whose time is scarce (run16, run34). Here Triton's
-own launch path runs for real (the same argument specialization, the same compile pipeline down to `ptxas`), with
-a stand-in driver that reports an sm_90 target and no device, and with every launch turned into a compile-only
-warm-up. The package's ops are called at Qwen3-8B's and DeepSeek-V2-Lite's shapes with CPU tensors and 132 SMs (an
-H100/H200), once with programmatic dependent launch and once without, as a GPU would take them; nothing is computed, so
-nothing is checked numerically (the interpreter tests and the notebooks' GPU cells do that). Every `*_kernel` of the
-four Triton modules must compile at least once, so a new kernel needs a call here.
+Usage:  python tools/compile_check.py [--json out.json]
+        (CPU only; exits 1 if a kernel fails or is never compiled)
+Why: the CPU tests run the kernels on Triton's interpreter, which executes them as numpy and checks
+no GPU compile rule: a loop-carried tile that changes shape, a helper that is not `@triton.jit`, a
+register- or shared-memory limit, PTX the assembler rejects. Those surfaced only on the GPU machine,
+whose time is scarce (run16, run34). Here Triton's own launch path runs for real (the same argument
+specialization, the same compile pipeline down to `ptxas`), with a stand-in driver that reports an
+sm_90 target and no device, and with every launch turned into a compile-only warm-up. The package's
+ops are called at Qwen3-8B's and DeepSeek-V2-Lite's shapes with CPU tensors and 132 SMs (an
+H100/H200), once with programmatic dependent launch and once without, as a GPU would take them;
+nothing is computed, so nothing is checked numerically (the interpreter tests and the notebooks' GPU
+cells do that). Every `*_kernel` of the Triton modules in `MODULES` must compile at least once, so a
+new kernel needs a call here (and a new module a line in `MODULES`).
 """
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -28,10 +32,31 @@ from triton.runtime.jit import JITFunction
 
 TARGET = GPUTarget("cuda", 90, 32)
 BF = torch.bfloat16
+MODULES = [  # every module that defines or launches a Triton kernel (under metainfer.)
+    "kernels.triton_launch",
+    "kernels.triton_norms",
+    "kernels.triton_rotary",
+    "kernels.triton_silu",
+    "kernels.triton_embedding",
+    "kernels.triton_gemv",
+    "kernels.triton_kernels",
+    "distributed.symm_mem_kernel",
+    "kernels.triton_paged_kv",
+    "kernels.triton_prefill",
+    "kernels.triton_split_kv",
+    "kernels.triton_decode_kernel",
+    "kernels.triton_decode",
+    "kernels.triton_attention",
+    "kernels.triton_moe_routing",
+    "kernels.triton_moe",
+    "kernels.triton_mla_decode",
+    "kernels.triton_mla",
+]
 
 
 class CompileOnlyDriver:
-    "What Triton's launch path asks of a driver before it launches: a device, a stream and the target."
+    """What Triton's launch path asks of a driver before it launches: a device, a stream and the
+    target."""
 
     def get_current_device(self):
         return 0
@@ -56,27 +81,22 @@ _run = JITFunction.run
 
 
 def compile_only(self, *args, grid, warmup, **kwargs):
-    "A launch becomes a warm-up: specialize and compile (cached per specialization), launch nothing."
+    """A launch becomes a warm-up: specialize and compile (cached per specialization), launch
+    nothing."""
     kernel = _run(self, *args, grid=grid, warmup=True, **kwargs)
     compiled[self.__name__] = compiled.get(self.__name__, 0) + 1
     return kernel
 
 
 def install() -> list:
-    "The stand-in driver, compile-only launches, and an H100/H200's 132 SMs for the ops that read it; the modules."
+    """The stand-in driver, compile-only launches, and an H100/H200's 132 SMs for the ops that read
+    it; the modules."""
     triton_driver.set_active(CompileOnlyDriver())
     JITFunction.run = compile_only
-    from metainfer.kernels import (
-        triton_elementwise as triton_kernels,
-        triton_attention,
-        triton_mla,
-        triton_moe,
-    )
+    from metainfer.kernels import triton_launch
 
-    triton_kernels.LeanJITFunction.run = (
-        compile_only  # the package's kernels launch through this subclass
-    )
-    modules = [triton_kernels, triton_attention, triton_mla, triton_moe]
+    triton_launch.LeanJITFunction.run = compile_only  # the package's kernels launch through it
+    modules = [importlib.import_module(f"metainfer.{name}") for name in MODULES]
     for m in modules:
         if hasattr(m, "num_sms"):
             m.num_sms = lambda device: 132
@@ -91,15 +111,16 @@ def set_pdl(modules: list, on: bool) -> None:
 
 
 def calls():
-    "(name, thunk) for each op call to compile: the engine's shapes, both model families, each variant a kernel takes."
+    """(name, thunk) for each op call to compile: the engine's shapes, both model families, each
+    variant a kernel takes."""
     from metainfer.layers.attention import make_metadata
     from metainfer.kernels.elementwise import Rope, rope_cos_sin_cache, rope_inv_freq
-    from metainfer.kernels import (
-        triton_elementwise as tk,
-        triton_attention as ta,
-        triton_mla as tm,
-        triton_moe as te,
-    )
+    from metainfer.distributed import symm_mem_kernel as sm
+    from metainfer.kernels import triton_norms as tn, triton_rotary as tr, triton_silu as ts
+    from metainfer.kernels import triton_embedding as tb, triton_gemv as tg
+    from metainfer.kernels import triton_paged_kv as tkv, triton_prefill as tp, triton_decode as td
+    from metainfer.kernels import triton_mla_decode as tmd, triton_mla as tm
+    from metainfer.kernels import triton_moe_routing as ter, triton_moe as te
 
     r = lambda *s, dt=BF: torch.randn(*s).to(dt)
     cache = rope_cos_sin_cache(rope_inv_freq(128, 1e6), 4096)
@@ -109,13 +130,13 @@ def calls():
         x, res, w = r(T, 4096), r(T, 4096), r(4096)
         qkv = r(T, (32 + 16) * 128)
         out += [
-            (f"rms_norm T={T}", lambda x=x, w=w: tk.rms_norm(x, w, 1e-6)),
-            (f"add_rms_norm T={T}", lambda x=x, res=res, w=w: tk.add_rms_norm(x, res, w, 1e-6)),
+            (f"rms_norm T={T}", lambda x=x, w=w: tn.rms_norm(x, w, 1e-6)),
+            (f"add_rms_norm T={T}", lambda x=x, res=res, w=w: tn.add_rms_norm(x, res, w, 1e-6)),
             (
                 f"q_norm view T={T}",
-                lambda q=qkv: tk.rms_norm(q[:, :4096].view(-1, 32, 128), r(128), 1e-6),
+                lambda q=qkv: tn.rms_norm(q[:, :4096].view(-1, 32, 128), r(128), 1e-6),
             ),
-            (f"silu_and_mul T={T}", lambda T=T: tk.silu_and_mul(r(T, 2 * 12288))),
+            (f"silu_and_mul T={T}", lambda T=T: ts.silu_and_mul(r(T, 2 * 12288))),
         ]
         for neox in (True, False):
             q, k = qkv[:, :4096].view(T, 32, 128), qkv[:, 4096:5120].view(T, 8, 128)
@@ -123,11 +144,11 @@ def calls():
             out += [
                 (
                     f"rotary neox={neox} T={T}",
-                    lambda q=q, k=k, p=pos, n=neox: tk.rotary(q, k, p, cache, n),
+                    lambda q=q, k=k, p=pos, n=neox: tr.rotary(q, k, p, cache, n),
                 ),
                 (
                     f"rotary+norms neox={neox} T={T}",
-                    lambda q=q, k=k, p=pos, n=neox: tk.rotary(
+                    lambda q=q, k=k, p=pos, n=neox: tr.rotary(
                         q, k, p, cache, n, r(128), r(128), 1e-6
                     ),
                 ),
@@ -137,7 +158,7 @@ def calls():
             (2, 1),
             (4, 2),
         ):  # the TP all-reduce fused with the next add + norm, fp32 partials
-            bufs = tk.PushBuffers(
+            bufs = sm.PushBuffers(
                 torch.zeros(world, dtype=torch.int64),
                 torch.zeros(32, dtype=torch.int32),
                 rank,
@@ -151,38 +172,38 @@ def calls():
                 out.append(
                     (
                         f"all_reduce_add_rms_norm world={world} rank={rank} {dt} T={T}",
-                        lambda x=x, res=res, w=w, b=bufs, dt=dt: tk.all_reduce_add_rms_norm(
+                        lambda x=x, res=res, w=w, b=bufs, dt=dt: sm.all_reduce_add_rms_norm(
                             x.to(dt), res, w, 1e-6, b
                         ),
                     )
                 )
-            if (
-                T == 1
-            ):  # the row-parallel GEMV pushing its partials, and the all-reduce that then only waits
+            # the row-parallel GEMV pushing its partials, and the all-reduce that then only waits
+            if T == 1:
                 out += [
                     (
                         f"gemv o pushing world={world} rank={rank}",
-                        lambda b=bufs: tk.gemv(
+                        lambda b=bufs: tg.gemv(
                             r(1, 2048), r(4096, 2048), out_dtype=torch.float32, push=b
                         ),
                     ),
                     (
                         f"all_reduce_add_rms_norm pushed world={world} rank={rank}",
-                        lambda x=x, res=res, w=w, b=bufs: tk.all_reduce_add_rms_norm(
+                        lambda x=x, res=res, w=w, b=bufs: sm.all_reduce_add_rms_norm(
                             x.float(), res, w, 1e-6, b, pushed=True
                         ),
                     ),
                 ]
             out.append(
                 (
-                    f"all_reduce_add_rms_norm no residual (embedding) world={world} rank={rank} T={T}",
-                    lambda x=x, w=w, b=bufs: tk.all_reduce_add_rms_norm(x, None, w, 1e-6, b),
+                    f"all_reduce_add_rms_norm no residual (embedding) world={world} rank={rank} "
+                    f"T={T}",
+                    lambda x=x, w=w, b=bufs: sm.all_reduce_add_rms_norm(x, None, w, 1e-6, b),
                 )
             )
         out.append(
             (
                 f"rotary dim 64 (MLA) T={T}",  # DeepSeek: the rope part of q and the shared k_pe
-                lambda T=T: tk.rotary(r(T, 16, 64), r(T, 1, 64), torch.arange(T), cache64, False),
+                lambda T=T: tr.rotary(r(T, 16, 64), r(T, 1, 64), torch.arange(T), cache64, False),
             )
         )
     for name, (N, K) in {
@@ -194,37 +215,37 @@ def calls():
         "dsv2 q": (3072, 2048),
         "dsv2 kv_a": (576, 2048),
     }.items():
-        out.append((f"gemv {name}", lambda N=N, K=K: tk.gemv(r(1, K), r(N, K))))
+        out.append((f"gemv {name}", lambda N=N, K=K: tg.gemv(r(1, K), r(N, K))))
     out += [
         (
             "gemv gate_up + activation",
-            lambda: tk.gemv(r(1, 4096), r(24576, 4096), act="silu_and_mul"),
+            lambda: tg.gemv(r(1, 4096), r(24576, 4096), act="silu_and_mul"),
         ),
         (
             "gemv gate_up + activation, 4-row tiles (DeepSeek shared experts at TP=2)",
-            lambda: tk.gemv(r(1, 2048), r(2816, 2048), act="silu_and_mul"),
+            lambda: tg.gemv(r(1, 2048), r(2816, 2048), act="silu_and_mul"),
         ),
-        ("gemv with bias (Qwen2 qkv)", lambda: tk.gemv(r(1, 3584), r(4608, 3584), r(4608))),
+        ("gemv with bias (Qwen2 qkv)", lambda: tg.gemv(r(1, 3584), r(4608, 3584), r(4608))),
         (
             "gemv fp32 out (row-parallel partial)",
-            lambda: tk.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32),
+            lambda: tg.gemv(r(1, 2048), r(4096, 2048), out_dtype=torch.float32),
         ),
-        ("gemv fp32", lambda: tk.gemv(r(1, 2100, dt=torch.float32), r(10, 2100, dt=torch.float32))),
+        ("gemv fp32", lambda: tg.gemv(r(1, 2100, dt=torch.float32), r(10, 2100, dt=torch.float32))),
         (
             "gemv with the norm in its prologue (qkv)",
-            lambda: tk.gemv(
+            lambda: tg.gemv(
                 r(1, 4096), r(6144, 4096), norm=(r(1, 4096), r(4096), 1e-6), residual_out=r(1, 4096)
             ),
         ),
         (
             "gemv with the norm, no residual, + activation",
-            lambda: tk.gemv(
+            lambda: tg.gemv(
                 r(1, 4096), r(24576, 4096), act="silu_and_mul", norm=(None, r(4096), 1e-6)
             ),
         ),
         (
             "embedding (a rank's rows)",
-            lambda: tk.embedding(torch.tensor([3, 70000]), r(75968, 4096), 75968),
+            lambda: tb.embedding(torch.tensor([3, 70000]), r(75968, 4096), 75968),
         ),
     ]
     PAGE, H, HK, D = 16, 32, 8, 128
@@ -237,12 +258,11 @@ def calls():
         )
         pos, meta = make_metadata(tables, [ctx] * B, [1] * B, PAGE, False)
         q, k, v = r(B, H, D), r(B, HK, D), r(B, HK, D)
-        rope = Rope(pos, cache, True, r(D), r(D), 1e-6)
         for splits in (None, 1, 7):
             out.append(
                 (
                     f"paged_decode B={B} splits={splits}",
-                    lambda q=q, k=k, v=v, m=meta, s=splits: ta.paged_decode(
+                    lambda q=q, k=k, v=v, m=meta, s=splits: td.paged_decode(
                         q, k, v, kc, vc, m, D**-0.5, num_splits=s
                     ),
                 )
@@ -251,7 +271,7 @@ def calls():
             out.append(
                 (
                     f"paged_decode B={B} rope neox={neox}",
-                    lambda q=q, k=k, v=v, m=meta, p=pos, n=neox: ta.paged_decode(
+                    lambda q=q, k=k, v=v, m=meta, p=pos, n=neox: td.paged_decode(
                         q, k, v, kc, vc, m, D**-0.5, Rope(p, cache, n, r(D), r(D), 1e-6)
                     ),
                 )
@@ -259,7 +279,7 @@ def calls():
         out.append(
             (
                 f"paged_decode B={B} rope without norms",
-                lambda q=q, k=k, v=v, m=meta, p=pos: ta.paged_decode(
+                lambda q=q, k=k, v=v, m=meta, p=pos: td.paged_decode(
                     q, k, v, kc, vc, m, D**-0.5, Rope(p, cache, True)
                 ),
             )
@@ -271,11 +291,11 @@ def calls():
         out += [
             (
                 f"store_kv prefix={prefix}",
-                lambda k=k, v=v, m=meta: ta.store_kv(k, v, kc, vc, m.slot_mapping),
+                lambda k=k, v=v, m=meta: tkv.store_kv(k, v, kc, vc, m.slot_mapping),
             ),
             (
                 f"paged_prefill prefix={prefix}",
-                lambda q=q, m=meta: ta.paged_prefill(q, kc, vc, m, D**-0.5),
+                lambda q=q, m=meta: tp.paged_prefill(q, kc, vc, m, D**-0.5),
             ),
         ]
     R, DR, HM = 512, 64, 16  # DeepSeek-V2-Lite's MLA: latent rank, rope dims, heads
@@ -288,7 +308,7 @@ def calls():
             out.append(
                 (
                     f"mla_decode_latent B={B} splits={splits}",
-                    lambda B=B, m=meta, s=splits: tm.mla_decode_latent(
+                    lambda B=B, m=meta, s=splits: tmd.mla_decode_latent(
                         r(B, HM, R), r(B, HM, DR), lat, m, 0.1, num_splits=s
                     ),
                 )
@@ -309,11 +329,11 @@ def calls():
         out += [
             (
                 f"select_experts softmax T={T}",
-                lambda T=T: te.select_experts_triton(r(T, 64, dt=torch.float32), 6),
+                lambda T=T: ter.select_experts_triton(r(T, 64, dt=torch.float32), 6),
             ),
             (
                 f"select_experts sigmoid, groups T={T}",
-                lambda T=T: te.select_experts_triton(
+                lambda T=T: ter.select_experts_triton(
                     r(T, 256, dt=torch.float32),
                     8,
                     "sigmoid",
@@ -329,7 +349,7 @@ def calls():
         ids = torch.randint(0, 64, (T, 6))
         wts = torch.rand(T, 6)
         out += [
-            (f"moe_align T={T}", lambda ids=ids: te.moe_align_triton(ids, 0, 64, 16)),
+            (f"moe_align T={T}", lambda ids=ids: ter.moe_align_triton(ids, 0, 64, 16)),
             (
                 f"fused_moe T={T}",
                 lambda T=T, ids=ids, wts=wts: te.fused_moe(
@@ -389,9 +409,9 @@ def main() -> int:
         "never_compiled": never,
     }
     print(
-        f"compile_check ({res['target']}, triton {triton.__version__}): {sum(compiled.values())} launches of "
-        f"{len(compiled)} kernels compiled in {res['seconds']:.0f} s; {len(failures)} calls failed; "
-        f"never compiled: {never or 'none'}"
+        f"compile_check ({res['target']}, triton {triton.__version__}): "
+        f"{sum(compiled.values())} launches of {len(compiled)} kernels compiled in "
+        f"{res['seconds']:.0f} s; {len(failures)} calls failed; never compiled: {never or 'none'}"
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -16,7 +16,7 @@ import sys
 import time
 import torch
 from metainfer.layers.attention import make_metadata, TorchAttention
-from metainfer.kernels.triton_attention import paged_decode
+from metainfer.kernels.triton_decode import paged_decode
 from sweep import time_candidates
 
 H, HK, D, PAGE, MAX_LEN = (

@@ -12,7 +12,7 @@ def time_candidates(
     (`triton.testing.do_bench`) and GB/s over `nbytes`; a candidate that fails to compile or launch
     gets its error. Returns every row and the fastest within `tol` (None if none is)."""
     from triton.testing import do_bench
-    from metainfer.kernels.triton_elementwise import relative_error
+    from metainfer.kernels.triton_launch import relative_error
 
     rows = []
     for opts in candidates:

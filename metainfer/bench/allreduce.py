@@ -31,7 +31,7 @@ def _fused_norm_rows(comm, device, hidden: int = 4096) -> list[dict]:
     "A decode layer's reduce + residual add + RMSNorm: the fused kernel against the three it ends."
     import torch
     from metainfer.distributed.parallel import TorchDistCommunicator
-    from metainfer.kernels.triton_elementwise import TritonKernels
+    from metainfer.kernels.triton_kernels import TritonKernels
 
     kernels = TritonKernels()  # the unfused path's add_rms_norm
     w, out = torch.randn(hidden, device=device, dtype=torch.bfloat16), []

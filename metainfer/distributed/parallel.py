@@ -96,7 +96,8 @@ class SymmMemCommunicator(TorchDistCommunicator):
     ):
         super().__init__(group)
         import torch.distributed._symmetric_memory as symm_mem
-        from metainfer.kernels import triton_elementwise as triton_kernels
+        from metainfer.distributed import symm_mem_kernel
+        from metainfer.kernels import triton_gemv, triton_launch
 
         group = group or dist.group.WORLD
         self.bufs = {
@@ -108,10 +109,10 @@ class SymmMemCommunicator(TorchDistCommunicator):
         self.group_name = group.group_name
         self.push, self.fused = (
             None,
-            triton_kernels.all_reduce_add_rms_norm,
+            symm_mem_kernel.all_reduce_add_rms_norm,
         )  # the fused kernel's buffers, where Triton runs compiled
-        self.gemv, self.one_gpu_row = triton_kernels.gemv, triton_kernels.one_gpu_row
-        if triton_kernels.available() and not triton_kernels.interpreting():
+        self.gemv, self.one_gpu_row = triton_gemv.gemv, triton_gemv.one_gpu_row
+        if triton_launch.available() and not triton_launch.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(
                 4 * size * max_rows * max_hidden, dtype=torch.int64, device=device
@@ -122,7 +123,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
                 buf, group
             ).buffer_ptrs  # each rank's allocation; buf may sit inside one
             at = buf.data_ptr() - ptrs[rank]
-            self.push = triton_kernels.PushBuffers(
+            self.push = symm_mem_kernel.PushBuffers(
                 torch.tensor([p + at for p in ptrs], device=device),
                 torch.zeros(max_rows, dtype=torch.int32, device=device),
                 rank,

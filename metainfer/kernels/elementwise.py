@@ -58,7 +58,8 @@ def rotary_ref(
     k_weight: Tensor | None = None,
     eps: float = 1e-6,
 ) -> tuple[Tensor, Tensor]:
-    "Rotate `q` `[T, H, D]` and `k` `[T, Hk, D]` by their `positions` `[T]` (first `rotary_dim` dims only), after an RMSNorm of each head if given its weights."
+    """Rotate `q` `[T, H, D]` and `k` `[T, Hk, D]` by their `positions` `[T]` (first `rotary_dim`
+    dims only), after an RMSNorm of each head if given its weights."""
     if q_weight is not None:
         q, k = rms_norm_ref(q, q_weight, eps), rms_norm_ref(k, k_weight, eps)
     cos, sin = cos_sin_cache[positions].unsqueeze(1).chunk(2, dim=-1)  # [T, 1, rot/2] each
@@ -66,13 +67,15 @@ def rotary_ref(
 
 # %% ../../nbs/kernels/03_elementwise.ipynb #c015
 def silu_and_mul_ref(x: Tensor) -> Tensor:
-    "`[..., 2I] -> [..., I]`: `silu(gate) * up` of interleaved pairs, `gate = x[..., 0::2]`, `up = x[..., 1::2]`."
+    """`[..., 2I] -> [..., I]`: `silu(gate) * up` of interleaved pairs, `gate = x[..., 0::2]`, `up =
+    x[..., 1::2]`."""
     gate, up = x.unflatten(-1, (-1, 2)).unbind(-1)
     return F.silu(gate) * up
 
 # %% ../../nbs/kernels/03_elementwise.ipynb #2fe0fc4e
 def embedding_ref(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
-    "Rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start, start + rows)` (another rank's)."
+    """Rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start, start + rows)`
+    (another rank's)."""
     local = ids - start
     mine = (local >= 0) & (local < weight.shape[0])
     return torch.where(
@@ -150,7 +153,8 @@ class RMSNorm(nn.Module):
 # %% ../../nbs/kernels/03_elementwise.ipynb #c023
 @dataclass
 class Rope:
-    "A step's rotation of `q` `[T, H, D]` and `k` `[T, Hk, D]`: RMSNorm of each head first if given (Qwen3)."
+    """A step's rotation of `q` `[T, H, D]` and `k` `[T, Hk, D]`: RMSNorm of each head first if
+    given (Qwen3)."""
 
     positions: Tensor  # [T]
     cos_sin_cache: Tensor  # [max_position, rotary_dim], float32: cos | sin
@@ -194,7 +198,8 @@ class RotaryEmbedding(nn.Module):
     def at(
         self, positions: Tensor, q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None
     ) -> Rope:
-        "The rotation of the tokens at `positions`; with `q_norm`/`k_norm` each head is normalized first."
+        """The rotation of the tokens at `positions`; with `q_norm`/`k_norm` each head is normalized
+        first."""
         rope = Rope(positions, self.cos_sin_cache, self.is_neox, kernels=self.kernels)
         if q_norm is None:
             return rope
@@ -213,7 +218,8 @@ class RotaryEmbedding(nn.Module):
 
 # %% ../../nbs/kernels/03_elementwise.ipynb #cf2bb5f0
 class NormedInput:
-    "`RMSNorm(x + residual)` (`residual=None`: of `x` alone), computed by its reader: a linear may fold it in."
+    """`RMSNorm(x + residual)` (`residual=None`: of `x` alone), computed by its reader: a linear may
+    fold it in."""
 
     def __init__(self, norm: RMSNorm | None, x: Tensor, residual: Tensor | None = None):
         self.norm, self.x, self.residual_in = norm, x, residual
@@ -227,7 +233,8 @@ class NormedInput:
         return normed
 
     def value(self) -> Tensor:
-        "The normalized input (computed on the first call; from the sum once a linear has folded it in)."
+        """The normalized input (computed on the first call; from the sum once a linear has folded
+        it in)."""
         if self._value is not None:
             return self._value
         if self.residual_in is None:
@@ -252,7 +259,8 @@ class NormedInput:
         bias: Tensor | None = None,
         act: str | None = None,
     ) -> Tensor:
-        "`kernels.linear(self.value(), ...)`, or `kernels.norm_linear` (the norm folded in) on a first read."
+        """`kernels.linear(self.value(), ...)`, or `kernels.norm_linear` (the norm folded in) on a
+        first read."""
         if self._value is not None or (self.residual_in is not None and self._residual is not None):
             # read before: `x` and `residual_in` may be used up
             return kernels.linear(self.value(), weight, bias, act=act)
@@ -263,5 +271,6 @@ class NormedInput:
         return y
 
     def input_for(self, module: nn.Module) -> NormedInput | Tensor:
-        "This, for a module whose only use of its input is one linear layer (`folds_norm`); else `value()`."
+        """This, for a module whose only use of its input is one linear layer (`folds_norm`); else
+        `value()`."""
         return self if getattr(module, "folds_norm", False) else self.value()
