@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
-from ...engine.llm_engine import RequestOutput
+from ...engine.outputs import RequestOutput
 from ...engine.sequence import SamplingParams
 from ..chat_parsing import ChatOutputParser
 from .protocol import OpenAIError, SamplingRequest, parse_request

@@ -10,7 +10,7 @@ import uuid
 from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from ...engine.llm_engine import RequestOutput
+from ...engine.outputs import RequestOutput
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     ChatCompletionRequest,
