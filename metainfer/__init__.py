@@ -1,4 +1,6 @@
 __version__ = "0.1.0"
 
 from metainfer.engine.sequence import SamplingParams
-from metainfer.engine.llm_engine import LLM, LLMEngine, RequestOutput, CompletionOutput, Logprob
+from metainfer.engine.outputs import RequestOutput, CompletionOutput, Logprob
+from metainfer.engine.llm_engine import LLMEngine
+from metainfer.engine.llm import LLM

@@ -4,7 +4,8 @@ from metainfer.testing import write_random_checkpoint, hf_model
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-    "Tiny random-weight checkpoints written by transformers' save_pretrained, built once per session."
+    """Tiny random-weight checkpoints written by transformers' save_pretrained, built once per
+    session."""
     root = tmp_path_factory.mktemp("ckpt")
     cache = {}
 

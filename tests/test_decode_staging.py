@@ -1,13 +1,15 @@
 """The host side of a CUDA-graph decode step (DecodeGraphs.replay's staging), checked on the CPU.
 
-Graphs need a GPU, but what `replay` writes into the graph's static inputs is plain tensor work: it must equal
-what `make_metadata` gives for the same step, and rows padded up to the bucket must point at the null block."""
+Graphs need a GPU, but what `replay` writes into the graph's static inputs is plain tensor work: it
+must equal what `make_metadata` gives for the same step, and rows padded up to the bucket must point
+at the null block."""
 
 import random
 import pytest
 import torch
 from metainfer.layers.attention import make_metadata
-from metainfer.engine.runner import DecodeGraphs, StepInput
+from metainfer.engine.cuda_graphs import DecodeGraphs
+from metainfer.engine.step_input import StepInput
 
 
 class _NoGraph:
@@ -41,7 +43,8 @@ def test_replay_stages_what_make_metadata_computes():
         assert g.cu_seqlens_k[: n + 1].tolist() == meta.cu_seqlens_k.tolist()
         for i, t in enumerate(tables):
             assert g.block_tables[i, : len(t)].tolist() == t
-        # padded rows: one token of context in the null block, so their writes and reads touch nothing real
+        # padded rows: one token of context in the null block, so their writes and reads touch
+        # nothing real
         assert g.slot_mapping[n:bucket].tolist() == [null_block * bs] * (bucket - n)
         assert g.context_lens[n:bucket].tolist() == [1] * (bucket - n)
         assert g.block_tables[n:bucket, 0].tolist() == [null_block] * (bucket - n)
@@ -51,7 +54,8 @@ def test_replay_stages_what_make_metadata_computes():
 
 
 def test_restaging_writes_only_what_changed_and_still_all_of_it():
-    "Rows keep their block tables between steps; a grown table, a new list in a row and a shorter batch all restage."
+    """Rows keep their block tables between steps; a grown table, a new list in a row and a shorter
+    batch all restage."""
     bs, null_block = 4, 99
     a, b, c = [1, 2], [3, 4, 5], [6]
     step1 = StepInput(False, [7, 8, 9], [a, b, c], [6, 10, 2], [1, 1, 1])
@@ -74,9 +78,10 @@ def test_restaging_writes_only_what_changed_and_still_all_of_it():
     "preset", ["qwen3-tiny", "deepseek-v2-tiny"]
 )  # paged K/V; MLA's paged latents
 def test_graph_decode_path_on_cpu_gives_eager_tokens(preset, checkpoints, monkeypatch):
-    """The whole CUDA-graph decode path on the CPU: `torch.cuda.graph` faked to record nothing and each graph's
-    replay re-running its bucket's forward on the static buffers. Greedy tokens must equal the eager engine's for
-    batches that are padded (3 -> 4 rows) and that shrink as sequences finish."""
+    """The whole CUDA-graph decode path on the CPU: `torch.cuda.graph` faked to record nothing and
+    each graph's replay re-running its bucket's forward on the static buffers. Greedy tokens must
+    equal the eager engine's for batches that are padded (3 -> 4 rows) and that shrink as sequences
+    finish."""
     import contextlib
     from metainfer import LLM, SamplingParams
 

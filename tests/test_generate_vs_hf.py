@@ -1,4 +1,5 @@
-"""Acceptance (issue 2): greedy output of tiny Qwen3/Qwen2 equals HF transformers token for token (fp32, CPU)."""
+"""Acceptance (issue 2): greedy output of tiny Qwen3/Qwen2 equals HF transformers token for token
+(fp32, CPU)."""
 
 import random
 import pytest
@@ -68,19 +69,20 @@ def test_text_prompts_and_tokenizer(checkpoints, hf_models):
 
 
 def rank_agrees(rank: int, ref: torch.Tensor, t: int, tol: float = 1e-5) -> bool:
-    "Whether `rank` counts the tokens at least as likely as `t` in `ref`, up to ties within `tol` (rounding)."
+    """Whether `rank` counts the tokens at least as likely as `t` in `ref`, up to ties within `tol`
+    (rounding)."""
     return int((ref > ref[t] + tol).sum()) < rank <= int((ref >= ref[t] - tol).sum())
 
 
 def test_logprobs_equal_hf(checkpoints, hf_models, monkeypatch):
-    """Asked-for logprobs are HF's log-softmax at each new token's place (teacher-forced on the same tokens): the
-    chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded sampled requests alike; prompt
-    logprobs too, scored a few rows at a time (a one-token prompt has nothing to score)."""
-    import metainfer.engine.runner
+    """Asked-for logprobs are HF's log-softmax at each new token's place (teacher-forced on the same
+    tokens): the chosen token's logprob and rank, and the likeliest tokens, for greedy and seeded
+    sampled requests alike; prompt logprobs too, scored a few rows at a time (a one-token prompt has
+    nothing to score)."""
+    import metainfer.engine.logits_processing
 
-    monkeypatch.setattr(
-        metainfer.engine.runner, "SCORE_CHUNK", 7
-    )  # several chunks a prompt, and chunks across prompts
+    # several chunks a prompt, and chunks across prompts
+    monkeypatch.setattr(metainfer.engine.logits_processing, "SCORE_CHUNK", 7)
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(6, seed=5)
     prompts[2] = prompts[2][:1]
@@ -144,8 +146,9 @@ def test_logprobs_equal_hf(checkpoints, hf_models, monkeypatch):
 
 
 def test_prompt_logprobs_skip_cache_hits(checkpoints, hf_models):
-    """A request for prompt logprobs computes its whole prompt even when its blocks are cached (a hit would skip the
-    rows that score them); the greedy tokens stay HF's, and a request without them still hits the cache."""
+    """A request for prompt logprobs computes its whole prompt even when its blocks are cached (a
+    hit would skip the rows that score them); the greedy tokens stay HF's, and a request without
+    them still hits the cache."""
     ckpt = checkpoints("qwen3-tiny")
     prompt = random_prompts(1, seed=6, lo=40, hi=40)[0]
     llm = LLM(ckpt, dtype="float32", device="cpu", block_size=16)
@@ -168,10 +171,10 @@ def test_prompt_logprobs_skip_cache_hits(checkpoints, hf_models):
 
 
 def test_penalties_bias_and_min_tokens(checkpoints, hf_models):
-    """In one batch with plain requests: the repetition penalty, a logit bias and `min_tokens` give the greedy tokens
-    of HF `generate` with its own logits processors; presence and frequency penalties (HF has none) take at each step
-    the argmax of HF's logits (teacher-forced) minus the penalties of the tokens before it, the one still in flight
-    under async scheduling included."""
+    """In one batch with plain requests: the repetition penalty, a logit bias and `min_tokens` give
+    the greedy tokens of HF `generate` with its own logits processors; presence and frequency
+    penalties (HF has none) take at each step the argmax of HF's logits (teacher-forced) minus the
+    penalties of the tokens before it, the one still in flight under async scheduling included."""
     ckpt = checkpoints("qwen3-tiny")
     hf, prompts = hf_models(ckpt), random_prompts(5, seed=8)
     first = [t[0] for t in hf_greedy(hf, prompts, 1)]

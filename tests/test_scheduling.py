@@ -1,4 +1,5 @@
-"""Acceptance (issue 2): a KV pool too small for the demand, overlong prompts, aborts, streaming, seeds."""
+"""Acceptance (issue 2): a KV pool too small for the demand, overlong prompts, aborts, streaming,
+seeds."""
 
 import pytest
 from metainfer import LLM, SamplingParams
@@ -132,7 +133,8 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(checkpoints):
 
 
 def test_failed_step_leaves_no_requests_and_no_poisoned_cache(checkpoints):
-    """A step that raises (Ctrl-C, OOM) aborts its batch and un-caches blocks whose KV it never wrote."""
+    """A step that raises (Ctrl-C, OOM) aborts its batch and un-caches blocks whose KV it never
+    wrote."""
     llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu", block_size=4)
     engine = llm.engine
     prompts = random_prompts(3, seed=8, lo=20, hi=30)
@@ -170,8 +172,9 @@ def test_failed_step_leaves_no_requests_and_no_poisoned_cache(checkpoints):
 
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_async_scheduling_gives_the_same_outputs(checkpoints, block_size):
-    """Launching step N+1 before reading step N back changes nothing a user sees: greedy and seeded tokens, stop
-    strings, stop tokens, length limits, the prefix cache (blocks filled by tokens still in flight), freed blocks."""
+    """Launching step N+1 before reading step N back changes nothing a user sees: greedy and seeded
+    tokens, stop strings, stop tokens, length limits, the prefix cache (blocks filled by tokens
+    still in flight), freed blocks."""
     ckpt = checkpoints("qwen3-tiny")
     kw = dict(
         dtype="float32",
@@ -198,7 +201,9 @@ def test_async_scheduling_gives_the_same_outputs(checkpoints, block_size):
         outs = llm.generate(prompts, params, use_tqdm=False)
         for o in outs[
             1:5
-        ]:  # one logprob entry per token kept, also for the sequences that stopped with a step in flight
+            # one logprob entry per token kept, also for the sequences that stopped with a step in
+            # flight
+        ]:
             c = o.outputs[0]
             assert len(c.logprobs) == len(c.token_ids) and all(
                 t in e for t, e in zip(c.token_ids, c.logprobs)
@@ -236,7 +241,7 @@ def test_async_scheduling_gives_the_same_outputs(checkpoints, block_size):
 
 
 def test_async_scheduling_launches_before_reading_back(checkpoints):
-    """The order itself: each step launches its batch, then reads back the one launched before it."""
+    """The order: each step launches its batch, then reads back the one launched before it."""
     engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
     order, launch, read_back = [], engine._launch, engine._read_back
     engine._launch = lambda b: order.append("launch") or launch(b)
@@ -258,8 +263,9 @@ def test_abandoned_stream_leaves_nothing_queued(checkpoints):
 
 
 def test_stats_count_kept_tokens_and_no_idle_time(checkpoints):
-    """A sequence stopped by a stop token has had one more step launched; that token is not counted, and the step is
-    read back before `generate` returns, so time spent idle afterwards is not counted as decode time."""
+    """A sequence stopped by a stop token has had one more step launched; that token is not counted,
+    and the step is read back before `generate` returns, so time spent idle afterwards is not
+    counted as decode time."""
     import time
 
     llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu")
@@ -285,8 +291,9 @@ def test_stats_count_kept_tokens_and_no_idle_time(checkpoints):
 
 
 def test_penalties_when_requests_join_mid_decode(checkpoints):
-    """A request that joins while another decodes splits the running batch: in the next step some sequences have a
-    token in flight and some don't. Penalties count both kinds right: the tokens equal a run of the request alone."""
+    """A request that joins while another decodes splits the running batch: in the next step some
+    sequences have a token in flight and some don't. Penalties count both kinds right: the tokens
+    equal a run of the request alone."""
     from metainfer import LLMEngine
 
     ckpt = checkpoints("qwen3-tiny")

@@ -1,4 +1,5 @@
-"""Acceptance (issue 3, CPU part): TP over gloo processes equals TP=1 and HF; clean exit; a dead worker is reported."""
+"""Acceptance (issue 3, CPU part): TP over gloo processes equals TP=1 and HF; clean exit; a dead
+worker is reported."""
 
 import multiprocessing as mp
 import os
@@ -30,16 +31,18 @@ def test_tp2_equals_tp1_and_hf(preset, checkpoints, hf_models):
 
 
 def test_tp2_bf16_rounds_like_tp1(checkpoints):
-    """bf16: row-parallel layers sum float32 partial products and round each output once, as TP=1's GEMM does, so
-    TP=2 follows TP=1's greedy path (bf16 partial sums would round twice more per layer)."""
+    """bf16: row-parallel layers sum float32 partial products and round each output once, as TP=1's
+    GEMM does, so TP=2 follows TP=1's greedy path (bf16 partial sums would round twice more per
+    layer)."""
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(8, seed=14)
     assert run(ckpt, prompts, 2, dtype="bfloat16") == run(ckpt, prompts, 1, dtype="bfloat16")
 
 
 def test_tp2_async_scheduling_with_sampling(checkpoints):
-    """Under TP, a step that starts before the last one is read back gets that step's sampled ids by broadcast from
-    rank 0: seeded sampling gives the same tokens (and logprobs) with async scheduling as without."""
+    """Under TP, a step that starts before the last one is read back gets that step's sampled ids by
+    broadcast from rank 0: seeded sampling gives the same tokens (and logprobs) with async
+    scheduling as without."""
     ckpt = checkpoints("qwen3-tiny")
     prompts = random_prompts(4, seed=15)
     params = SamplingParams(
@@ -132,7 +135,8 @@ def _channel_rank(rank: int, port: int, messages: list, out) -> None:
 
 
 def test_control_channel_order_and_big_messages():
-    "Every reader gets every message in order, small ones through shared memory, one past the slot over gloo."
+    """Every reader gets every message in order, small ones through shared memory, one past the slot
+    over gloo."""
     from metainfer.distributed.parallel import free_port
 
     messages = [{"step": i, "ids": list(range(i))} for i in range(50)] + [
@@ -189,7 +193,8 @@ def _channel_dead_reader(rank: int, port: int, out) -> None:
 
 
 def test_control_channel_sender_notices_a_dead_reader():
-    "Rank 0 waiting on a reader that died gets the error its check raises, within about a second, not a hang."
+    """Rank 0 waiting on a reader that died gets the error its check raises, within about a second,
+    not a hang."""
     from metainfer.distributed.parallel import free_port
 
     ctx, port = mp.get_context("spawn"), free_port()
@@ -206,7 +211,7 @@ def test_control_channel_sender_notices_a_dead_reader():
 def _same_on_every_rank(rank: int, port: int, values: list[int], out) -> None:
     import torch
     import torch.distributed as dist
-    from metainfer.distributed.parallel import same_on_every_rank
+    from metainfer.distributed.communicators import same_on_every_rank
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=len(values)
@@ -217,8 +222,8 @@ def _same_on_every_rank(rank: int, port: int, values: list[int], out) -> None:
 
 @pytest.mark.parametrize("values,expected", [([3, 3], True), ([3, 0], False), ([0, 5], False)])
 def test_same_on_every_rank(values, expected):
-    """The guard before symmetric-memory rendezvous (a second TP engine in one process: rank 0 has done some, its fresh
-    workers none) answers alike on every rank."""
+    """The guard before symmetric-memory rendezvous (a second TP engine in one process: rank 0 has
+    done some, its fresh workers none) answers alike on every rank."""
     from metainfer.distributed.parallel import free_port
 
     ctx = mp.get_context("spawn")
@@ -238,7 +243,7 @@ def test_same_on_every_rank(values, expected):
 def _check_all_reduce_rank(rank: int, port: int, out) -> None:
     import torch
     import torch.distributed as dist
-    from metainfer.distributed.parallel import TorchDistCommunicator, check_all_reduce
+    from metainfer.distributed.communicators import TorchDistCommunicator, check_all_reduce
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     out.put(
@@ -254,9 +259,9 @@ def _check_all_reduce_rank(rank: int, port: int, out) -> None:
 
 
 def test_start_up_check_passes_on_gloo():
-    """The communicator's start-up check (`check_all_reduce`: plain all-reduces, and the all-reduce + norm with and
-    without a residual) holds for the plain collectives, whose all-reduce sums in place: a check that reused a summed
-    input would send every GPU run to the NCCL fallback."""
+    """The communicator's start-up check (`check_all_reduce`: plain all-reduces, and the all-reduce
+    + norm with and without a residual) holds for the plain collectives, whose all-reduce sums in
+    place: a check that reused a summed input would send every GPU run to the NCCL fallback."""
     from metainfer.distributed.parallel import free_port
 
     ctx = mp.get_context("spawn")

@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 
 def _channel_rank(rank: int, port: int, out) -> None:
     from metainfer.distributed.parallel import ControlChannel
-    from metainfer.engine.runner import StepInput
+    from metainfer.engine.step_input import StepInput
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     step, res = StepInput(False, [123], [list(range(20))], [300], [1]), {}
@@ -64,7 +64,8 @@ def control_channel() -> dict:
 
 def decode_host(batch: int = 256, steps: int = 100) -> dict:
     from metainfer import LLM, SamplingParams
-    from metainfer.engine.runner import DecodeGraphs, LaunchedStep
+    from metainfer.engine.cuda_graphs import DecodeGraphs
+    from metainfer.engine.logits_processing import LaunchedStep
     from metainfer.testing import write_random_checkpoint
 
     llm = LLM(

@@ -30,7 +30,7 @@ def _eager_and_graph_us(fn) -> tuple[float, float]:
 def _fused_norm_rows(comm, device, hidden: int = 4096) -> list[dict]:
     "A decode layer's reduce + residual add + RMSNorm: the fused kernel against the three it ends."
     import torch
-    from metainfer.distributed.parallel import TorchDistCommunicator
+    from metainfer.distributed.communicators import TorchDistCommunicator
     from metainfer.kernels.triton_kernels import TritonKernels
 
     kernels = TritonKernels()  # the unfused path's add_rms_norm

@@ -13,236 +13,22 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 from ..kernels.elementwise import TorchKernels
+from metainfer.distributed.communicators import (
+    PushedPartial,
+    TorchDistCommunicator,
+    _add_rms_norm_of_sum,
+    fast_communicator,
+)
 
 # %% auto #0
-__all__ = ['PushedPartial', 'TorchDistCommunicator', 'SymmMemCommunicator', 'same_on_every_rank', 'check_all_reduce',
-           'ControlChannel', 'ParallelInfo', 'init_tensor_parallel', 'fast_communicator', 'destroy_tensor_parallel',
-           'install_stack_dumps', 'free_port']
-
-# %% ../../nbs/distributed/04_parallel.ipynb #c004
-_all_gather_single = (
-    getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-)  # renamed in torch 2.13
-
-
-def _add_rms_norm_of_sum(
-    total: Tensor, residual: Tensor | None, weight: Tensor, eps: float, kernels: TorchKernels
-) -> tuple[Tensor, Tensor]:
-    "`add_rms_norm(total → residual's dtype, residual)`; no residual (embedding rows): `(rms_norm(total), total)`."
-    if residual is None:
-        return kernels.rms_norm(total, weight, eps), total
-    return kernels.add_rms_norm(total.to(residual.dtype), residual, weight, eps)
-
-
-@dataclass(frozen=True)
-class PushedPartial:
-    "A rank's partial sums that the GEMV computing them already pushed to its peers, for the fused all-reduce."
-
-    value: Tensor  # [1, N] float32
-
-
-class TorchDistCommunicator:
-    "Collectives over a `torch.distributed` process group (gloo on CPU, NCCL on GPU)."
-
-    def __init__(self, group=None):
-        self.group = group
-
-    def all_reduce(self, x: Tensor) -> Tensor:
-        dist.all_reduce(x, group=self.group)
-        return x
-
-    def all_gather(self, x: Tensor, dim: int = -1) -> Tensor:
-        size = dist.get_world_size(self.group)
-        out = x.new_empty(
-            (size * x.shape[0], *x.shape[1:])
-        )  # one output tensor: one NCCL call, graph-friendly
-        _all_gather_single(out, x.contiguous(), group=self.group)
-        return torch.cat(out.view(size, *x.shape).unbind(0), dim=dim)
-
-    def broadcast(self, x: Tensor, src: int = 0) -> Tensor:
-        dist.broadcast(x, src=src, group=self.group)
-        return x
-
-    def all_reduce_add_rms_norm(
-        self, x: Tensor, residual: Tensor | None, weight: Tensor, eps: float, kernels: TorchKernels
-    ) -> tuple[Tensor, Tensor]:
-        "`add_rms_norm` of the ranks' summed partials `x` (rounded to `residual`'s dtype) and `residual`."
-        return _add_rms_norm_of_sum(self.all_reduce(x), residual, weight, eps, kernels)
-
-    def partial_linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Tensor | None,
-        out_dtype: torch.dtype | None,
-        kernels: TorchKernels,
-        summed_next: bool = True,
-    ) -> Tensor | PushedPartial:
-        "A row-parallel layer's product: this rank's partial sum, for `all_reduce_add_rms_norm` to sum."
-        return kernels.linear(x, weight, bias, out_dtype=out_dtype)
-
-# %% ../../nbs/distributed/04_parallel.ipynb #c006
-class SymmMemCommunicator(TorchDistCommunicator):
-    "NCCL collectives, but small all-reduces as one-shot reads of peers' symmetric-memory buffers (NVLink P2P)."
-
-    def __init__(
-        self,
-        group,
-        device: torch.device,
-        dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float32),
-        max_bytes: int = 1 << 20,
-        max_rows: int = 32,
-        max_hidden: int = 8192,
-    ):
-        super().__init__(group)
-        import torch.distributed._symmetric_memory as symm_mem
-        from metainfer.distributed import symm_mem_kernel
-        from metainfer.kernels import triton_gemv, triton_launch
-
-        group = group or dist.group.WORLD
-        self.bufs = {
-            dt: symm_mem.empty(max_bytes // dt.itemsize, dtype=dt, device=device)
-            for dt in dict.fromkeys(dtypes)
-        }
-        for buf in self.bufs.values():
-            _rendezvous(buf, group)
-        self.group_name = group.group_name
-        self.push, self.fused = (
-            None,
-            symm_mem_kernel.all_reduce_add_rms_norm,
-        )  # the fused kernel's buffers, where Triton runs compiled
-        self.gemv, self.one_gpu_row = triton_gemv.gemv, triton_gemv.one_gpu_row
-        if triton_launch.available() and not triton_launch.interpreting():
-            rank, size = dist.get_rank(group), dist.get_world_size(group)
-            buf = symm_mem.empty(
-                4 * size * max_rows * max_hidden, dtype=torch.int64, device=device
-            ).zero_()
-            torch.cuda.synchronize(device)
-            dist.barrier(group)  # zeroed on every rank before any rank pushes
-            ptrs = _rendezvous(
-                buf, group
-            ).buffer_ptrs  # each rank's allocation; buf may sit inside one
-            at = buf.data_ptr() - ptrs[rank]
-            self.push = symm_mem_kernel.PushBuffers(
-                torch.tensor([p + at for p in ptrs], device=device),
-                torch.zeros(max_rows, dtype=torch.int32, device=device),
-                rank,
-                max_rows,
-                max_hidden,
-            )
-            self._push_buf = buf  # kept alive: peers write into it
-
-    def all_reduce(self, x: Tensor) -> Tensor:
-        n, buf = x.numel(), self.bufs.get(x.dtype)
-        if buf is None or n > buf.numel() or not x.is_contiguous():
-            return super().all_reduce(x)
-        torch.ops.symm_mem.one_shot_all_reduce_copy_out(
-            buf[:n], x.view(-1), "sum", self.group_name, out=x.view(-1)
-        )
-        return x
-
-    def all_reduce_add_rms_norm(
-        self,
-        x: Tensor | PushedPartial,
-        residual: Tensor | None,
-        weight: Tensor,
-        eps: float,
-        kernels: TorchKernels,
-    ) -> tuple[Tensor, Tensor]:
-        pushed = isinstance(x, PushedPartial)
-        x = x.value if pushed else x
-        if self.push is None or not self.push.takes(x):
-            if pushed:  # a push nobody sums: its count is used up all the same
-                self.push.counters[0] += 1
-            return super().all_reduce_add_rms_norm(x, residual, weight, eps, kernels)
-        return self.fused(x, residual, weight, eps, self.push, pushed=pushed)  # (counts every row)
-
-    def partial_linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Tensor | None,
-        out_dtype: torch.dtype | None,
-        kernels: TorchKernels,
-        summed_next: bool = True,
-    ) -> Tensor | PushedPartial:
-        "With Triton kernels, a GPU row's float32 partials `[1, N]` are also pushed by the GEMV."
-        if not (
-            summed_next
-            and self.push is not None
-            and kernels.name == "triton"
-            and self.pushes(x, weight, out_dtype)
-        ):
-            return super().partial_linear(x, weight, bias, out_dtype, kernels)
-        return PushedPartial(self.gemv(x, weight, bias, torch.float32, push=self.push))
-
-    def pushes(self, x: Tensor, weight: Tensor, out_dtype: torch.dtype | None) -> bool:
-        "Whether the GEMV can push this product: one float32 row of at most `max_hidden` outputs."
-        return (
-            x.dim() == 2
-            and (out_dtype or x.dtype) == torch.float32
-            and self.one_gpu_row(x, weight)
-            and weight.shape[0] <= self.push.max_hidden
-        )
-
-
-_rendezvous_count = 0  # symmetric-memory rendezvous this process has done
-
-
-def _rendezvous(buf: Tensor, group):
-    "`symm_mem.rendezvous`, counted (see `fast_communicator`)."
-    global _rendezvous_count
-    import torch.distributed._symmetric_memory as symm_mem
-
-    _rendezvous_count += 1
-    return symm_mem.rendezvous(buf, group)
-
-
-def same_on_every_rank(value: int, device: torch.device, group=None) -> bool:
-    "Whether every rank of the group passed the same `value` (a collective: every rank calls it)."
-    most = torch.tensor([value, -value], device=device)
-    dist.all_reduce(most, op=dist.ReduceOp.MAX, group=group)  # (largest, -smallest)
-    return int(most[0]) == -int(most[1])
-
-
-def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: torch.dtype) -> bool:
-    "Whether `comm` sums a small and a large message correctly (run on every rank; every call runs, whatever an earlier one gave)."
-    ok = True
-    for n in (4096, 1 << 20):
-        x = torch.full((n,), float(rank + 1), device=device, dtype=dtype)
-        ok &= torch.equal(comm.all_reduce(x), torch.full_like(x, size * (size + 1) / 2))
-    for rows in (
-        1,
-        40,
-    ):  # fused with add + RMSNorm (if the communicator fuses: up to its max_rows, then unfused)
-        x, res = (
-            torch.full((rows, 64), float(rank + 1), device=device, dtype=dtype),
-            torch.ones(rows, 64, device=device),
-        )
-        normed, res = comm.all_reduce_add_rms_norm(
-            x, res.to(dtype), torch.ones(64, device=device, dtype=dtype), 0.0, TorchKernels()
-        )
-        ones = torch.ones_like(
-            normed, dtype=torch.float32
-        )  # a constant row normalizes to 1 (up to rounding)
-        ok &= torch.equal(res, torch.full_like(res, size * (size + 1) / 2 + 1)) and torch.allclose(
-            normed.float(), ones, atol=1e-2
-        )
-        x = torch.full(
-            (rows, 64), float(rank + 1), device=device, dtype=dtype
-        )  # afresh: the unfused path sums in place
-        normed, total = comm.all_reduce_add_rms_norm(
-            x, None, torch.ones(64, device=device, dtype=dtype), 0.0, TorchKernels()
-        )  # no residual
-        ok &= torch.equal(total, torch.full_like(total, size * (size + 1) / 2)) and torch.allclose(
-            normed.float(), ones, atol=1e-2
-        )
-    return bool(ok)
+__all__ = ['ControlChannel', 'ParallelInfo', 'init_tensor_parallel', 'destroy_tensor_parallel', 'install_stack_dumps',
+           'free_port']
 
 # %% ../../nbs/distributed/04_parallel.ipynb #c008
 class ControlChannel:
-    """Rank 0 sends a picklable object to the other ranks of this host through a shared-memory slot: a sequence
-    number, the payload's size, and one acknowledgement per reader, so a slot is never overwritten while it is read."""
+    """Rank 0 sends a picklable object to the other ranks of this host through a shared-memory slot:
+    a sequence number, the payload's size, and one acknowledgement per reader, so a slot is never
+    overwritten while it is read."""
 
     def __init__(self, rank: int, size: int, group=None, capacity: int = 4 << 20):
         import mmap
@@ -254,9 +40,9 @@ class ControlChannel:
         )
         header = 8 * (2 + size)  # seq, nbytes, one ack per rank
         path = None
-        if (
-            rank == 0
-        ):  # in RAM (/dev/shm) where there is one, else the temp folder (the page cache serves it alike)
+        # in RAM (/dev/shm) where there is one, else the temp folder (the page cache serves it
+        # alike)
+        if rank == 0:
             try:
                 fd, path = tempfile.mkstemp(prefix="metainfer-control-", dir="/dev/shm")
             except OSError:
@@ -278,7 +64,8 @@ class ControlChannel:
         self.seq = 0
 
     def _wait(self, ready, check) -> None:
-        "Spin (yielding the CPU) until `ready()`, then poll every ms; call `check` about once a second."
+        """Spin (yielding the CPU) until `ready()`, then poll every ms; call `check` about once a
+        second."""
         start = last = time.perf_counter()
         while not ready():
             now = time.perf_counter()
@@ -297,17 +84,14 @@ class ControlChannel:
         "Rank 0: publish `obj` (once every reader has taken the previous one)."
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         self._wait(lambda: bool((self.header[3:] == self.seq).all()), self.check_peers)
-        n = (
-            len(data) if len(data) <= self.capacity else -1
-        )  # too big for the slot: it goes over the group
+        n = len(data) if len(data) <= self.capacity else -1  # too big for the slot: over the group
         if n >= 0:
             self.payload[:n] = data
         self.header[1] = n
         self.seq += 1
-        self.header[0] = (
-            self.seq
-        )  # last: x86 keeps stores (and loads) in order, so readers see the payload first;
-        # a weakly ordered CPU (Arm, e.g. Grace) would need fences around it
+        # last: x86 keeps stores (and loads) in order, so readers see the payload first; a weakly
+        # ordered CPU (Arm, e.g. Grace) would need fences around it
+        self.header[0] = self.seq
         if n < 0:
             dist.broadcast_object_list([obj], src=0, group=self.group)
 
@@ -328,9 +112,8 @@ class ControlChannel:
         self.payload.release()
         self.mm.close()
 
-    def __getstate__(
-        self,
-    ) -> dict:  # a pickled copy (say, inside a layer sent to a notebook) is not connected
+    # a pickled copy (say, inside a layer sent to a notebook) is not connected
+    def __getstate__(self) -> dict:
         return {"rank": self.rank, "size": self.size}
 
 # %% ../../nbs/distributed/04_parallel.ipynb #c009
@@ -361,7 +144,8 @@ class ParallelInfo:
         return x if self.size == 1 else self.comm.broadcast(x, src)
 
     def partial_dtype(self, dtype: torch.dtype) -> torch.dtype | None:
-        "The dtype a rank's partial sum is kept in: float32 for 16-bit activations under TP (rounded once, after the sum)."
+        """The dtype a rank's partial sum is kept in: float32 for 16-bit activations under TP
+        (rounded once, after the sum)."""
         return torch.float32 if self.size > 1 and dtype in (torch.float16, torch.bfloat16) else None
 
     def all_reduce_add_rms_norm(
@@ -372,8 +156,9 @@ class ParallelInfo:
         eps: float,
         kernels: TorchKernels = TorchKernels(),
     ) -> tuple[Tensor, Tensor]:
-        """`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to `residual`'s dtype once summed.
-        `residual=None`: `(rms_norm(Σ_ranks x), Σ_ranks x)` (the vocabulary-parallel embedding's rows)."""
+        """`add_rms_norm(Σ_ranks x, residual)`: `x` is this rank's partial sum, rounded to
+        `residual`'s dtype once summed. `residual=None`: `(rms_norm(Σ_ranks x), Σ_ranks x)` (the
+        vocabulary-parallel embedding's rows)."""
         if self.size == 1:
             return _add_rms_norm_of_sum(x, residual, weight, eps, kernels)
         return self.comm.all_reduce_add_rms_norm(x, residual, weight, eps, kernels)
@@ -386,8 +171,9 @@ class ParallelInfo:
         summed_next: bool = True,
         kernels: TorchKernels = TorchKernels(),
     ) -> Tensor | PushedPartial:
-        """A row-parallel product: this rank's partial sum, in `partial_dtype`. `summed_next`: the next all-reduce sums it
-        as it is, so the communicator may push it to the peers as it is computed."""
+        """A row-parallel product: this rank's partial sum, in `partial_dtype`. `summed_next`: the
+        next all-reduce sums it as it is, so the communicator may push it to the peers as it is
+        computed."""
         out_dtype = self.partial_dtype(x.dtype)
         if self.size == 1:
             return kernels.linear(x, weight, bias, out_dtype=out_dtype)
@@ -427,47 +213,9 @@ def init_tensor_parallel(
     return ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size)
 
 
-def fast_communicator(
-    rank: int, size: int, device: torch.device, dtype: torch.dtype
-) -> SymmMemCommunicator | None:
-    "A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built, gives wrong sums, or can't meet."
-    # PyTorch numbers a process's symmetric-memory rendezvous per process, not per group (pytorch#196082): after an
-    # earlier TP engine in this process, rank 0 would wait on other store keys than its fresh workers, forever
-    import logging
-
-    log = logging.getLogger("metainfer")
-    if not same_on_every_rank(_rendezvous_count, device):
-        if rank == 0:
-            log.warning(
-                "symmetric memory was set up earlier in this process: this engine's all-reduces go "
-                "through NCCL (a second rendezvous would hang)"
-            )
-        return None
-    try:
-        comm, ok = SymmMemCommunicator(None, device, (dtype, torch.float32)), None
-    except Exception:
-        comm, ok = None, False
-    if ok is None:
-        try:
-            ok = all(
-                [check_all_reduce(comm, rank, size, device, dt) for dt in comm.bufs]
-            )  # every check on every rank
-        except Exception:
-            ok = False
-    agree = torch.tensor([int(ok)], device=device)
-    dist.all_reduce(agree, op=dist.ReduceOp.MIN)
-    if (
-        not int(agree) and rank == 0
-    ):  # (slower, not wrong: say so, so that a benchmark does not hide it)
-        log.warning(
-            "the symmetric-memory all-reduce could not be set up or failed its self-check: all-reduces go "
-            "through NCCL"
-        )
-    return comm if int(agree) else None
-
-
 def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
-    "Leave `tp`'s process group (if any); a teardown stuck past `timeout_s` is abandoned, with a warning."
+    """Leave `tp`'s process group (if any); a teardown stuck past `timeout_s` is abandoned, with a
+    warning."""
     if tp.control is not None:
         tp.control.close()
     if dist.is_initialized():
@@ -486,7 +234,8 @@ def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
 
 
 def install_stack_dumps() -> None:
-    "Hunting a hang: `kill -USR1 PID` prints every thread's stack; `METAINFER_STACKS_AFTER=S` prints them every S seconds."
+    """Hunting a hang: `kill -USR1 PID` prints every thread's stack; `METAINFER_STACKS_AFTER=S`
+    prints them every S seconds."""
     import faulthandler
     import io
     import signal

@@ -32,7 +32,8 @@ class WorkerDied(RuntimeError):
 
 
 def cpu_threads_per_rank(size: int) -> int:
-    "Torch threads for each of `size` CPU ranks sharing this machine (oversubscribed threads spin and stall)."
+    """Torch threads for each of `size` CPU ranks sharing this machine (oversubscribed threads spin
+    and stall)."""
     return max(1, (os.cpu_count() or 1) // size)
 
 
@@ -55,7 +56,8 @@ def serve_rank(runner: ModelRunner) -> None:
 def join_group(
     config: EngineConfig, model_config: ModelConfig, rank: int, size: int, init_method: str
 ) -> ParallelInfo:
-    "Join the tensor-parallel group as `rank`, on this rank's device (with a fair share of CPU threads on a CPU)."
+    """Join the tensor-parallel group as `rank`, on this rank's device (with a fair share of CPU
+    threads on a CPU)."""
     device = rank_device(config, rank)
     if device.type == "cpu":
         torch.set_num_threads(cpu_threads_per_rank(size))
@@ -112,7 +114,8 @@ class WorkerGroup:
         threading.Thread(target=self._watch, name="metainfer-tp-watch", daemon=True).start()
 
     def _watch(self) -> None:
-        "Say at once when a worker dies: rank 0 may be blocked in an NCCL collective that never returns."
+        """Say at once when a worker dies: rank 0 may be blocked in an NCCL collective that never
+        returns."""
         from multiprocessing.connection import wait
 
         alive = {p.sentinel: (rank, p) for rank, p in enumerate(self.procs, 1)}

@@ -7,39 +7,38 @@ from __future__ import annotations
 import importlib
 import logging
 import time
-from itertools import accumulate
 from contextlib import contextmanager
-from dataclasses import dataclass
 import torch
 from torch import nn, Tensor
+from fastcore.basics import patch
 from ..config import EngineConfig, ModelConfig
 from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
-from metainfer.layers.attention import (
-    KVPool,
-    AttentionMetadata,
-    make_metadata,
-    to_device,
-    BATCH_BUCKETS,
-    batch_bucket,
-)
+from ..layers.attention import KVPool, make_metadata, to_device
 from ..models.loader import load_weights
-from .sampler import sample, token_logprobs, apply_penalties
-from .sequence import SamplingParams
+from .sampler import sample
 from .scheduler import ScheduledBatch
+from .step_input import StepInput, prefill_input, decode_input, fill_pending
+from metainfer.engine.logits_processing import (
+    LaunchedStep,
+    adjusted_logits,
+    sampling_tensors,
+    score_rows,
+    step_logprobs,
+)
+from .cuda_graphs import DecodeGraphs
 
 log = logging.getLogger("metainfer")
-if not log.handlers:  # like vLLM: start-up facts (KV pool size, backends) are shown unless the user configures logging
+# like vLLM: start-up facts (KV pool size, backends) are shown unless the user configures logging
+if not log.handlers:
     _handler = logging.StreamHandler()
     _handler.setFormatter(logging.Formatter("%(levelname)s metainfer: %(message)s"))
     log.addHandler(_handler)
     log.setLevel(logging.INFO)
 
 # %% auto #0
-__all__ = ['log', 'MODEL_CLASSES', 'SCORE_CHUNK', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype',
-           'kv_block_budget', 'ModelRunner', 'StepInput', 'prepare_prefill', 'prepare_decode', 'sampling_tensors',
-           'last_step_ids', 'fill_pending', 'execute', 'score_rows', 'logits', 'LaunchedStep', 'launch',
-           'step_logprobs', 'run', 'adjusted_logits', 'DecodeGraphs']
+__all__ = ['log', 'MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'kv_block_budget',
+           'ModelRunner']
 
 # %% ../../nbs/engine/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {
@@ -62,7 +61,8 @@ def model_class(family: str) -> type[nn.Module]:
 
 # %% ../../nbs/engine/13_runner.ipynb #c007
 def resolve_device(device: str, rank: int | None = None) -> torch.device:
-    "`auto` is CUDA when available, else CPU. A CUDA device gets its index: `rank`'s GPU under TP, else the current one."
+    """`auto` is CUDA when available, else CPU. A CUDA device gets its index: `rank`'s GPU under TP,
+    or the current one."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     d = torch.device(device)
@@ -116,9 +116,8 @@ class ModelRunner:
     ):
         self.config, self.model_config, self.tp = config, model_config, tp
         self.device = resolve_device(config.device, self.tp.rank if self.tp.size > 1 else None)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)  # Triton launches and events use the
-            # current device: make it this one
+        if self.device.type == "cuda":  # Triton launches and events use the current device
+            torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
         self.block_size, self.max_model_len = config.block_size, max_model_len
         self.backend = select_backend(self.device, config.kernel_backend, config.attention_backend)
@@ -135,13 +134,11 @@ class ModelRunner:
         )
         self._allocate_kv_pool(max_model_len)
         self.graphs = None
-        self.last_token_ids, self.last_rows = (
-            None,
-            {},
-        )  # rank 0: the last launched step's sampled ids, row by sequence
+        # rank 0: the last launched step's sampled ids, and each sequence's row in them
+        self.last_token_ids, self.last_rows = None, {}
         self.stop_token_ids: tuple[
             int, ...
-        ] = ()  # the end-of-sequence ids `min_tokens` holds back (the engine's)
+        ] = ()  # the engine's EOS ids, that `min_tokens` holds back
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = DecodeGraphs(self, min(config.max_num_seqs, 512))
 
@@ -179,9 +176,10 @@ class ModelRunner:
         for i, attn in enumerate(layers):
             attn.bind_kv_cache(*self.kv_pool.layer(i))
         if self.tp.rank == 0:
+            tokens, gib = num_blocks * self.block_size, self.kv_pool_bytes / 2**30
             log.info(
-                f"KV cache: {num_blocks} blocks x {self.block_size} tokens = {num_blocks * self.block_size} tokens, "
-                f"{self.kv_pool_bytes / 2**30:.2f} GiB ({per_block // self.block_size} bytes/token) on {self.device}"
+                f"KV cache: {num_blocks} blocks x {self.block_size} tokens = {tokens} tokens, "
+                f"{gib:.2f} GiB ({per_block // self.block_size} bytes/token) on {self.device}"
             )
 
     @property
@@ -189,99 +187,29 @@ class ModelRunner:
         return self.null_block
 
     def close(self) -> None:
-        "Free the CUDA graphs. Before leaving a process group: NCCL waits for graphs that captured its collectives."
+        """Free the CUDA graphs; before leaving a process group (NCCL waits for graphs that captured
+        it)."""
         if self.graphs is not None:
             self.graphs.release()
         self.graphs = None
 
 # %% ../../nbs/engine/13_runner.ipynb #c017
-@dataclass
-class StepInput:
-    "What every rank needs to run one step; built on rank 0 from the scheduled batch."
-
-    is_prefill: bool
-    input_ids: list[int]  # the new tokens of every sequence, concatenated
-    block_tables: list[list[int]]
-    context_lens: list[int]  # tokens in the cache per sequence after this step
-    query_lens: list[int]  # new tokens per sequence
-    pending: tuple[list[int], list[int], int] | None = (
-        None  # ids still on the device: (rows, their rows in the
-    )
-    # last step's sampled ids, that step's batch size)
-    scored: tuple[list[int], list[int], int] | None = (
-        None  # prompt tokens to score: (the rows before them, their ids,
-    )
-    # how many likeliest tokens to give at each)
-
-
+@patch
 def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
-    seqs = batch.seqs
-    assert not any(s.num_pending for s in seqs), "a prefill needs every token"
-    query_lens, scored = [len(s) - s.num_cached_tokens for s in seqs], None
-    if due := [
-        (s, end - q)
-        for s, q, end in zip(seqs, query_lens, accumulate(query_lens))
-        if s.prompt_logprobs_due
-    ]:
-        scored = (
-            [
-                r for s, start in due for r in range(start, start + s.num_prompt_tokens - 1)
-            ],  # row j scores token
-            [
-                t for s, _ in due for t in s.token_ids[1 : s.num_prompt_tokens]
-            ],  # j + 1 (no cache hits:
-            max(s.params.prompt_logprobs for s, _ in due),
-        )  # row 0 is token 0)
-    return StepInput(
-        True,
-        [t for s in seqs for t in s.token_ids[s.num_cached_tokens :]],
-        [s.block_table for s in seqs],
-        [len(s) for s in seqs],
-        query_lens,
-        scored=scored,
-    )
+    "Rank 0: the `StepInput` of a prefill batch."
+    return prefill_input(batch)
 
 
+@patch
 def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
-    seqs, rows, last_rows = batch.seqs, [], []
-    ids = [s.token_ids[-1] for s in seqs]
-    for i, s in enumerate(seqs):
-        if (
-            s.num_pending
-        ):  # produced by the last launched step (the engine reads every earlier one back first)
-            rows.append(i)
-            last_rows.append(self.last_rows[s.seq_id])
-            ids[i] = 0
-    return StepInput(
-        False,
-        ids,
-        [s.block_table for s in seqs],
-        [len(s) for s in seqs],
-        [1] * len(seqs),
-        (rows, last_rows, len(self.last_rows)) if rows else None,
-    )
+    "Rank 0: the `StepInput` of a decode batch, its pending tokens in the last launched step's ids."
+    return decode_input(batch, self.last_rows)
 
 
-ModelRunner.prepare_prefill, ModelRunner.prepare_decode = prepare_prefill, prepare_decode
-
-# %% ../../nbs/engine/13_runner.ipynb #c019
-def sampling_tensors(self: ModelRunner, batch: ScheduledBatch):
-    "Per-row temperature, top-k, top-p and generators for `sample`."
-    ps = [s.params for s in batch.seqs]
-    for s in batch.seqs:
-        if s.params.seed is not None and s.generator is None:
-            s.generator = torch.Generator(self.device).manual_seed(s.params.seed)
-    t = lambda xs, dtype: to_device(xs, self.device, dtype)
-    return (
-        t([p.temperature for p in ps], torch.float),
-        t([p.top_k for p in ps], torch.long),
-        t([p.top_p for p in ps], torch.float),
-        [s.generator for s in batch.seqs],
-    )
-
-
+@patch
 def last_step_ids(self: ModelRunner, step: StepInput) -> Tensor | None:
-    "The last step's sampled ids on this rank's device, if `step` needs them (rank 0 broadcasts its own)."
+    """The last step's sampled ids on this rank's device, if `step` needs them (rank 0 broadcasts
+    its own)."""
     if step.pending is None:
         return None
     ids = (
@@ -292,21 +220,11 @@ def last_step_ids(self: ModelRunner, step: StepInput) -> Tensor | None:
     return self.tp.broadcast(ids)
 
 
-def fill_pending(ids: Tensor, pending: tuple[list[int], list[int], int], last_ids: Tensor) -> None:
-    "Copy the ids still on the device into the rows of `ids` that wait for them."
-    rows, last_rows, _ = pending
-    n = len(rows)
-    if rows == last_rows and rows[-1] == n - 1:
-        ids[:n].copy_(last_ids[:n])  # the usual case: the same leading rows
-    else:
-        idx = to_device([rows, last_rows], ids.device)
-        ids[idx[0]] = last_ids[idx[1]]
-
-
+@patch
 @torch.inference_mode()
 def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-    """Run the model on one step; every rank calls this. Returns the logits of each sequence's last token, and on rank 0
-    the `token_logprobs` of the step's `scored` prompt tokens (if any)."""
+    """Run the model on one step; every rank calls this. Returns the logits of each sequence's last
+    token, and on rank 0 the `token_logprobs` of the step's `scored` prompt tokens (if any)."""
     last_ids = self.last_step_ids(step)
     if (
         self.graphs is not None
@@ -329,104 +247,21 @@ def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, .
         fill_pending(ids, step.pending, last_ids)
     hidden = self.model(ids, positions, meta)
     logits = self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
-    return logits, self.score_rows(hidden, *step.scored) if step.scored else None
+    if not step.scored:
+        return logits, None
+    return logits, score_rows(self.model.compute_logits, self.tp.rank, hidden, *step.scored)
 
 
-SCORE_CHUNK = 256  # prompt tokens scored at a time: their logits, [256, vocab], are the largest tensors of a scoring
-
-
-def score_rows(
-    self: ModelRunner, hidden: Tensor, rows: list[int], targets: list[int], k: int
-) -> tuple[Tensor, ...] | None:
-    """Rank 0: `token_logprobs` of `targets` at `hidden[rows]`, the LM head run on `SCORE_CHUNK` rows at a time, so
-    that no `[rows, vocab]` tensor exists. Every rank runs the head (it gathers the vocabulary); the others get `None`."""
-    parts = []
-    for a in range(0, len(rows), SCORE_CHUNK):
-        chunk = lambda xs: to_device(xs[a : a + SCORE_CHUNK], hidden.device, torch.long)
-        logits = self.model.compute_logits(hidden[chunk(rows)])
-        if self.tp.rank == 0:
-            parts.append(token_logprobs(logits, chunk(targets), k))
-    if self.tp.rank:
-        return None
-    if not parts:
-        return tuple(
-            torch.empty(0, *s, dtype=d, device=hidden.device)  # (one-token prompts only)
-            for s, d in (
-                ((), torch.float),
-                ((), torch.long),
-                ((k,), torch.float),
-                ((k,), torch.long),
-            )
-        )
-    return tuple(torch.cat(x) for x in zip(*parts))
-
-
+@patch
 def logits(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-    "Rank 0: run `step` on every rank (sending it to the workers); its logits and scores, as `execute` returns them."
+    """Rank 0: run `step` on every rank (sending it to the workers); its logits and scores, as
+    `execute`'s."""
     if self.tp.size > 1:
         self.tp.control.send(step)
     return self.execute(step)
 
-
-class LaunchedStep:
-    "A step queued on the GPU: its batch, and its sampled ids (and asked-for logprobs) on their way to host memory."
-
-    def __init__(
-        self,
-        batch: ScheduledBatch,
-        token_ids: Tensor,
-        started: float,
-        logprobs: tuple[list[int], tuple[Tensor, ...]]
-        | None = None,  # (rows, `token_logprobs` of them)
-        prompt_logprobs: tuple[list[tuple[int, int]], tuple[Tensor, ...]] | None = None,
-    ):  # ([(row, tokens)], ..)
-        self.batch, self.started, self.ready = batch, started, None
-        self.logprob_rows, self.prompt_logprob_rows = (
-            logprobs[0] if logprobs else [],
-            prompt_logprobs[0] if prompt_logprobs else [],
-        )
-        tensors = [
-            token_ids,
-            *(logprobs[1] if logprobs else ()),
-            *(prompt_logprobs[1] if prompt_logprobs else ()),
-        ]
-        if token_ids.is_cuda:  # pinned host memory, copied without waiting
-            self.host = [
-                torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
-                for t in tensors
-            ]
-            self.ready = torch.cuda.Event()
-            self.ready.record()
-        else:
-            self.host = tensors
-
-    def token_ids(self) -> list[int]:
-        "Each sequence's new token id (waits for the step to finish)."
-        if self.ready is not None:
-            self.ready.synchronize()
-        return self.host[0].tolist()
-
-    def logprobs(self) -> dict[int, tuple[float, int, list[float], list[int]]]:
-        "Row -> (its token's logprob, rank, the likeliest tokens' logprobs, ids) for the rows that asked (after `token_ids`)."
-        if not self.logprob_rows:
-            return {}
-        lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[1:5])
-        return {r: (lp[i], rank[i], top_lp[i], top_ids[i]) for i, r in enumerate(self.logprob_rows)}
-
-    def prompt_logprobs(self) -> dict[int, list[tuple[float, int, list[float], list[int]]]]:
-        "Row -> one `logprobs` tuple per prompt token after the first, for the rows that asked (after `token_ids`)."
-        if not self.prompt_logprob_rows:
-            return {}
-        lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[-4:])
-        out, at = {}, 0
-        for r, n in self.prompt_logprob_rows:
-            out[r] = list(
-                zip(lp[at : at + n], rank[at : at + n], top_lp[at : at + n], top_ids[at : at + n])
-            )
-            at += n
-        return out
-
-
+# %% ../../nbs/engine/13_runner.ipynb #c019
+@patch
 @torch.inference_mode()
 def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
     "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
@@ -442,254 +277,24 @@ def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
             ],
             scores,
         )
-    drawn_from = (
-        self.adjusted_logits(batch, logits) if any(p.adjusts_logits for p in params) else logits
-    )
+    drawn_from = logits
+    if any(p.adjusts_logits for p in params):
+        drawn_from = adjusted_logits(
+            batch, logits, self.last_token_ids, self.last_rows, self.stop_token_ids
+        )
     if all(p.greedy for p in params):
         ids = drawn_from.argmax(-1)
     else:
         ids = sample(
             drawn_from,
-            *self.sampling_tensors(batch),
+            *sampling_tensors(batch, self.device),
             filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
         )
     self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(batch.seqs)}
-    return LaunchedStep(batch, ids, started, self.step_logprobs(logits, ids, params), prompt_lps)
+    return LaunchedStep(batch, ids, started, step_logprobs(logits, ids, params), prompt_lps)
 
 
-def step_logprobs(
-    self: ModelRunner, logits: Tensor, ids: Tensor, params: list[SamplingParams]
-) -> tuple[list[int], tuple[Tensor, ...]] | None:
-    "The rows whose requests ask for logprobs, and `token_logprobs` of those rows (on the device); `None` if none ask."
-    rows = [i for i, p in enumerate(params) if p.logprobs is not None]
-    if not rows:
-        return None
-    at = to_device(rows, logits.device, torch.long)
-    return rows, token_logprobs(logits[at], ids[at], max(params[i].logprobs for i in rows))
-
-
+@patch
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
     "Rank 0: run one step on every rank and return each sequence's new token id."
     return self.launch(batch).token_ids()
-
-
-ModelRunner.sampling_tensors, ModelRunner.last_step_ids, ModelRunner.execute = (
-    sampling_tensors,
-    last_step_ids,
-    execute,
-)
-
-
-def adjusted_logits(self: ModelRunner, batch: ScheduledBatch, logits: Tensor) -> Tensor:
-    """A float32 copy of `logits` (one row per sequence) with each asking row's logit bias, `min_tokens` (its stop
-    tokens held back) and penalties. A token still on the device (the last step's) counts through `last_token_ids`."""
-    rows = [i for i, s in enumerate(batch.seqs) if s.params.adjusts_logits]
-    seqs, V, dev = [batch.seqs[i] for i in rows], logits.shape[-1], logits.device
-    t = lambda xs, dtype=torch.long: to_device(xs, dev, dtype)
-    x, at = logits.to(torch.float32, copy=True), t(rows)
-    sub = x[at]
-    if bias := [(j, tok, b) for j, s in enumerate(seqs) for tok, b in s.params.logit_bias.items()]:
-        j, tok, b = zip(*bias)
-        sub.index_put_((t(j), t(tok)), t(b, torch.float32), accumulate=True)
-    if early := [
-        (j, tok)
-        for j, s in enumerate(seqs)
-        if len(s.token_ids) - s.num_prompt_tokens < s.params.min_tokens
-        for tok in (*s.params.stop_token_ids, *(() if s.params.ignore_eos else self.stop_token_ids))
-    ]:
-        j, tok = zip(*early)
-        sub[t(j), t(tok)] = float("-inf")
-    pen = [
-        j
-        for j, s in enumerate(seqs)
-        if s.params.presence_penalty
-        or s.params.frequency_penalty
-        or s.params.repetition_penalty != 1
-    ]
-    if pen:
-        counts, prompt = (
-            torch.zeros(len(pen), V, device=dev),
-            torch.zeros(len(pen), V, dtype=torch.bool, device=dev),
-        )
-        seen = [
-            (i, tok)
-            for i, j in enumerate(pen)
-            for tok in seqs[j].token_ids[seqs[j].num_prompt_tokens : seqs[j].num_known]
-        ]
-        if seen:
-            counts.index_put_(
-                tuple(map(t, zip(*seen))), torch.ones(len(seen), device=dev), accumulate=True
-            )
-        if pending := [
-            (i, self.last_rows[seqs[j].seq_id]) for i, j in enumerate(pen) if seqs[j].num_pending
-        ]:
-            assert all(seqs[j].num_pending <= 1 for j in pen), "one step in flight at most"
-            i, last = map(t, zip(*pending))
-            counts.index_put_(
-                (i, self.last_token_ids[last]),
-                torch.ones(len(pending), device=dev),
-                accumulate=True,
-            )
-        i, tok = zip(
-            *[
-                (i, tok)
-                for i, j in enumerate(pen)
-                for tok in seqs[j].token_ids[: seqs[j].num_prompt_tokens]
-            ]
-        )
-        prompt[t(i), t(tok)] = True
-        ps = [seqs[j].params for j in pen]
-        f = lambda name: t([getattr(p, name) for p in ps], torch.float32)
-        pen_at = t(pen)
-        sub[pen_at] = apply_penalties(
-            sub[pen_at],
-            prompt,
-            counts,
-            f("presence_penalty"),
-            f("frequency_penalty"),
-            f("repetition_penalty"),
-        )
-    x[at] = sub
-    return x
-
-
-ModelRunner.logits, ModelRunner.launch, ModelRunner.step_logprobs, ModelRunner.run = (
-    logits,
-    launch,
-    step_logprobs,
-    run,
-)
-ModelRunner.score_rows, ModelRunner.adjusted_logits = score_rows, adjusted_logits
-
-# %% ../../nbs/engine/13_runner.ipynb #c021
-class DecodeGraphs:
-    "Captured decode steps, one per batch-size bucket, sharing static input buffers and one memory pool."
-
-    def __init__(self, runner: ModelRunner, max_batch: int):
-        # the runner's parts, not the runner: no reference cycle, so freeing the runner frees the graphs' memory
-        self.model, self.block_size, self.max_model_len = (
-            runner.model,
-            runner.block_size,
-            runner.max_model_len,
-        )
-        self.null_block, self.max_batch = runner.null_block, max_batch
-        max_batch = batch_bucket(max_batch)  # the largest graph: the bucket that holds `max_batch`
-        self.buckets = [b for b in BATCH_BUCKETS if b < max_batch] + [max_batch]
-        self._allocate_buffers(
-            max_batch, -(-runner.max_model_len // runner.block_size), runner.device
-        )
-        self.graphs, self.logits = {}, {}
-        pool, start = None, time.perf_counter()
-        for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its memory
-            self._forward(b)  # warm-up: compiles kernels, creates library handles
-            torch.cuda.synchronize(runner.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool):
-                self.logits[b] = self._forward(b)
-            self.graphs[b], pool = graph, graph.pool()
-        log.info(
-            f"rank {runner.tp.rank}: captured {len(self.buckets)} decode graphs (batch <= {max_batch}) "
-            f"in {time.perf_counter() - start:.1f} s"
-        )
-
-    def _allocate_buffers(self, n: int, max_blocks: int, dev: torch.device) -> None:
-        "The static inputs every graph reads (padded rows: the null block), and their pinned host staging twins."
-        self.null_slot = self.null_block * self.block_size
-        pin = dev.type == "cuda"
-        # two small blocks, each one copy a step: [ids | positions | slots] (int64) and [context lens | cu_seqlens_k]
-        self.host_vec = torch.zeros(3, n, dtype=torch.long, pin_memory=pin)
-        self.host_vec[2] = self.null_slot
-        self.host_i32 = torch.cat(
-            [torch.ones(n, dtype=torch.int32), torch.arange(n + 1, dtype=torch.int32)]
-        )
-        self.host_i32 = self.host_i32.pin_memory() if pin else self.host_i32
-        self.host_tables = torch.full(
-            (n, max_blocks), self.null_block, dtype=torch.int32, pin_memory=pin
-        )
-        self.vec, self.i32 = self.host_vec.to(dev), self.host_i32.to(dev)
-        self.input_ids, self.positions, self.slot_mapping = self.vec.unbind(0)
-        self.context_lens, self.cu_seqlens_k = (
-            self.i32[:n],
-            self.i32[n:],
-        )  # contexts: filled per step
-        self.block_tables = self.host_tables.to(dev)
-        self.cu_seqlens = torch.arange(
-            n + 1, dtype=torch.int32, device=dev
-        )  # queries: one per sequence
-        self.staged_rows: list[tuple[list[int] | None, int]] = [
-            (None, 0)
-        ] * n  # (block table, entries staged)
-        self.copied = (
-            torch.cuda.Event() if pin else None
-        )  # recorded after each step's copies from the staging
-
-    def release(self) -> None:
-        "Destroy every captured graph now (not whenever the garbage collector gets to them)."
-        torch.cuda.synchronize()
-        for graph in self.graphs.values():
-            graph.reset()
-        self.graphs.clear()
-        self.logits.clear()
-
-    def _forward(self, b: int) -> Tensor:
-        meta = AttentionMetadata(
-            False,
-            self.slot_mapping[:b],
-            self.context_lens[:b],
-            self.block_tables[:b],
-            self.cu_seqlens[: b + 1],
-            self.cu_seqlens_k[: b + 1],
-            1,
-            self.max_model_len,
-        )
-        return self.model.compute_logits(self.model(self.input_ids[:b], self.positions[:b], meta))
-
-    def replay(self, step: StepInput, last_ids: Tensor | None = None) -> Tensor:
-        "Logits of a decode step, from the smallest bucket that holds it (`last_ids`: for its pending rows)."
-        n, bs = len(step.input_ids), self.block_size
-        b = next(x for x in self.buckets if x >= n)
-        # decode metadata in plain Python (one token per sequence), staged in pinned memory, copied without waiting
-        pos = [c - 1 for c in step.context_lens]
-        slots = [t[p // bs] * bs + p % bs for t, p in zip(step.block_tables, pos)]
-        if self.copied is not None:
-            self.copied.synchronize()  # with async scheduling the last step's copies may
-        self.host_vec[:, :n] = torch.tensor(
-            [step.input_ids, pos, slots]
-        )  # still be queued: let them read first
-        self.host_vec[2, n:b] = (
-            self.null_slot
-        )  # padding rows: the null block's slot, one token of context
-        N = len(self.context_lens)
-        self.host_i32[:n] = torch.tensor(step.context_lens, dtype=torch.int32)
-        self.host_i32[n:b] = 1
-        self.host_i32[N : N + b + 1] = torch.tensor(
-            [0, *accumulate(step.context_lens + [1] * (b - n))], dtype=torch.int32
-        )
-        w = max(map(len, step.block_tables))
-        tables, rows = self.host_tables.numpy(), self.staged_rows
-        for i, t in enumerate(
-            step.block_tables
-        ):  # a row that holds the same (append-only) list as last step
-            staged = (
-                rows[i][1] if rows[i][0] is t else 0
-            )  # only needs its new blocks (the list is kept alive
-            if staged < len(t):
-                tables[i, staged : len(t)] = t[staged:]  # here, so its identity is never reused)
-            rows[i] = (t, len(t))
-        for i in range(
-            n, b
-        ):  # padding rows start at the null block, and a real row there later is staged whole
-            tables[i, 0], rows[i] = self.null_block, (None, 0)
-        self.vec.copy_(
-            self.host_vec, non_blocking=True
-        )  # three copies a step: both small blocks whole (a few KB:
-        self.i32.copy_(
-            self.host_i32, non_blocking=True
-        )  # rows past the bucket are never read), the tables' rows
-        self.block_tables[:b, :w].copy_(self.host_tables[:b, :w], non_blocking=True)
-        if self.copied is not None:
-            self.copied.record()
-        if last_ids is not None:
-            fill_pending(self.input_ids, step.pending, last_ids)
-        self.graphs[b].replay()
-        return self.logits[b][:n]

@@ -33,7 +33,8 @@ def sample(
     generators: list[torch.Generator | None],
     filtered: bool | None = None,
 ) -> Tensor:
-    "One token id per row of `logits` `[B, V]`; rows with temperature 0 are greedy. `filtered`: any row has top-k/p."
+    """One token id per row of `logits` `[B, V]`; rows with temperature 0 are greedy. `filtered`:
+    any row has top-k/p."""
     logits = logits.float()
     greedy = temperature == 0
     scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
@@ -50,8 +51,9 @@ def sample(
 
 # %% ../../nbs/engine/12_sampler.ipynb #a1cc90e4
 def token_logprobs(logits: Tensor, ids: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """For rows of `logits` `[B, V]` and their chosen `ids` `[B]`: each token's log-probability `[B]` and rank `[B]`, and
-    the `k` most likely tokens' log-probabilities and ids `[B, k]`, most likely first."""
+    """For rows of `logits` `[B, V]` and their chosen `ids` `[B]`: each token's log-probability
+    `[B]` and rank `[B]`, and the `k` most likely tokens' log-probabilities and ids `[B, k]`, most
+    likely first."""
     lp = logits.float().log_softmax(-1)
     chosen = lp.gather(-1, ids[:, None])
     rank = (lp >= chosen).sum(-1)

@@ -6,10 +6,12 @@
 from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
-from .sequence import Sequence, SequenceStatus, BlockManager
+from fastcore.basics import patch
+from .sequence import Sequence, SequenceStatus
+from .block_manager import BlockManager
 
 # %% auto #0
-__all__ = ['ScheduledBatch', 'Scheduler', 'schedule', 'launched', 'finish_reason', 'finish', 'postprocess']
+__all__ = ['ScheduledBatch', 'Scheduler']
 
 # %% ../../nbs/engine/11_scheduler.ipynb #c004
 @dataclass
@@ -31,11 +33,8 @@ class Scheduler:
         max_model_len: int,
         eos_token_ids: tuple[int, ...] = (),
     ):
-        self.bm, self.max_num_seqs, self.max_num_batched_tokens = (
-            block_manager,
-            max_num_seqs,
-            max_num_batched_tokens,
-        )
+        self.bm, self.max_num_seqs = block_manager, max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len, self.eos_token_ids = max_model_len, set(eos_token_ids)
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
@@ -48,6 +47,7 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
 # %% ../../nbs/engine/11_scheduler.ipynb #c007
+@patch
 def schedule(self: Scheduler) -> ScheduledBatch | None:
     "The next step's batch, or `None` if nothing is waiting or running."
     batch, num_tokens = [], 0
@@ -91,14 +91,17 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
     return ScheduledBatch(batch, is_prefill=False) if batch else None
 
 
+@patch
 def _reaches_length_limit(self: Scheduler, seq: Sequence) -> bool:
-    "Whether `seq`'s pending tokens take it to `max_tokens` or `max_model_len`: it must not run another step."
+    """Whether `seq`'s pending tokens take it to `max_tokens` or `max_model_len` (no step more for
+    it)."""
     if not seq.num_pending:
         return False
     n = len(seq.token_ids)
     return n - seq.num_prompt_tokens >= seq.params.max_tokens or n >= self.max_model_len
 
 
+@patch
 def _preempt(self: Scheduler, seq: Sequence) -> None:
     "Free `seq`'s blocks and queue it first for recomputation."
     self.bm.deallocate(seq)
@@ -107,25 +110,17 @@ def _preempt(self: Scheduler, seq: Sequence) -> None:
     self.num_preemptions += 1
 
 
+@patch
 def launched(self: Scheduler, batch: ScheduledBatch) -> None:
     "The batch's step is on its way: each sequence holds the place of the token it will produce."
     for seq in batch.seqs:
         seq.append_pending()
-    if (
-        batch.is_prefill
-    ):  # (a recomputation after preemption needs no prompt logprobs again: cache hits are fine)
+    if batch.is_prefill:  # (a recomputation needs no prompt logprobs again: cache hits are fine)
         for seq in batch.seqs:
             seq.prompt_logprobs_due = False
 
-
-Scheduler.schedule, Scheduler._preempt, Scheduler._reaches_length_limit = (
-    schedule,
-    _preempt,
-    _reaches_length_limit,
-)
-Scheduler.launched = launched
-
 # %% ../../nbs/engine/11_scheduler.ipynb #c009
+@patch
 def finish_reason(self: Scheduler, seq: Sequence, token_id: int) -> str | None:
     "Why `seq` stops after `token_id`, or `None`."
     p, known = seq.params, seq.num_known
@@ -136,6 +131,7 @@ def finish_reason(self: Scheduler, seq: Sequence, token_id: int) -> str | None:
     return None
 
 
+@patch
 def finish(self: Scheduler, seq: Sequence, reason: str) -> None:
     "Retire `seq` (from either queue) and free its blocks."
     seq.drop_pending()
@@ -145,8 +141,10 @@ def finish(self: Scheduler, seq: Sequence, reason: str) -> None:
     seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
 
 
+@patch
 def postprocess(self: Scheduler, batch: ScheduledBatch, token_ids: list[int]) -> int:
-    "Fill in each sequence's new token (the oldest pending one) and retire those that are done; returns how many took one."
+    """Fill in each sequence's new (oldest pending) token, retire those that are done; how many took
+    one."""
     bs, taken = self.bm.block_size, 0
     for seq, t in zip(batch.seqs, token_ids):
         if seq.is_finished:
@@ -157,10 +155,3 @@ def postprocess(self: Scheduler, batch: ScheduledBatch, token_ids: list[int]) ->
         elif seq.num_pending and (i + 1) % bs == 0:
             self.bm.register_block(seq, i // bs)
     return taken
-
-
-Scheduler.finish_reason, Scheduler.finish, Scheduler.postprocess = (
-    finish_reason,
-    finish,
-    postprocess,
-)

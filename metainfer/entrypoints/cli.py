@@ -18,7 +18,7 @@ __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parse
 def generate_main(args) -> None:
     "Complete the prompts offline; print each completion and the speed (`metainfer generate`)."
     from dataclasses import asdict
-    from metainfer.engine.llm_engine import LLM
+    from metainfer.engine.llm import LLM
     from metainfer.engine.sequence import SamplingParams
     from metainfer.testing import default_model_dir
 

@@ -12,7 +12,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
-from ...engine.llm_engine import LLMEngine, RequestOutput
+from ...engine.llm_engine import LLMEngine
+from ...engine.outputs import RequestOutput
 from ...engine.sequence import SamplingParams
 
 # %% auto #0

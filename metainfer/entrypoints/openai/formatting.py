@@ -8,7 +8,7 @@ import json
 import time
 from itertools import accumulate
 from typing import AsyncIterator
-from ...engine.llm_engine import RequestOutput, Logprob
+from ...engine.outputs import RequestOutput, Logprob
 from ...engine.sequence import SamplingParams
 from .engine_loop import RequestStream
 from .prompts import prompt_list

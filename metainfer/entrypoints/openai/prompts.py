@@ -6,7 +6,7 @@
 from __future__ import annotations
 import json
 from typing import Any
-from ...engine.llm_engine import chat_token_ids
+from ...engine.llm import chat_token_ids
 from ..chat_parsing import TOOL_CALL
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,

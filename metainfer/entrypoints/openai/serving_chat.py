@@ -6,7 +6,7 @@
 from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from ...engine.llm_engine import RequestOutput
+from ...engine.outputs import RequestOutput
 from ..chat_parsing import ChatOutputParser, opens_reasoning
 from .protocol import ChatCompletionRequest
 from .prompts import chat_prompt, forced_call

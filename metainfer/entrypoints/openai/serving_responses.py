@@ -10,7 +10,7 @@ import uuid
 from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from ...engine.llm_engine import RequestOutput
+from ...engine.outputs import RequestOutput
 from .protocol import ResponsesRequest, parse_request
 from .prompts import chat_prompt
 from .engine_loop import EngineError

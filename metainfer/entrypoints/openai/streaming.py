@@ -9,7 +9,7 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
-from ...engine.llm_engine import RequestOutput
+from ...engine.outputs import RequestOutput
 from .protocol import OpenAIError, SamplingRequest
 from .engine_loop import RequestStream, EngineError
 from metainfer.entrypoints.openai.formatting import (
