@@ -3,7 +3,7 @@
 #   make demo   venv in .venv-demo, torch==2.13.0, `pip install -e .`, then `metainfer generate`
 #               (tiny embedded random-weight model; prints text and tokens/s). DEMO_ARGS="..." passes args.
 #   make test   venv in .venv (VENV=...), torch==2.13.0, `pip install -e ".[dev]"`, then in order:
-#               sync (nbs/ <-> metainfer/, clean notebooks), readme-check, nbtest, docs, pytest.
+#               sync (nbs/ <-> metainfer/, clean notebooks), readme-check, lint (ruff), nbtest, docs, pytest.
 #
 # Each step is its own target (make sync / readme-check / nbtest / docs / pytest); `make help` lists all.
 # Tools are called as $(VENV)/bin/..., so nothing needs activating.
@@ -49,7 +49,7 @@ CHECK      := bash tools/check_unchanged.sh
 IN_OWN_TMPDIR := bash tools/in_own_tmpdir.sh
 INSTALL_DEPS := settings.ini setup.py $(wildcard pyproject.toml)
 
-.PHONY: help demo test install install-demo sync readme readme-check nbtest pytest docs docs-serve \
+.PHONY: help demo test install install-demo sync readme readme-check lint nbtest pytest docs docs-serve \
         prepare clean distclean
 
 help:  ## list the targets
@@ -60,7 +60,7 @@ demo: $(DEMO_STAMP)  ## fresh venv (.venv-demo) + pip install -e . + `metainfer 
 	$(DEMO_VENV)/bin/metainfer generate $(DEMO_ARGS)
 
 # pytest runs last so that its summary line ("N passed in ...") is the last line CI prints.
-test: sync readme-check nbtest docs pytest  ## everything CI runs (.ci/run), in order; stops at the first failure
+test: sync readme-check lint nbtest docs pytest  ## everything CI runs (.ci/run), in order; stops at the first failure
 
 # ---------------------------------------------------------------- environments
 # Installs are keyed on a stamp file inside the venv: they re-run only when settings.ini or setup.py
@@ -98,6 +98,10 @@ sync: install  ## fail if nbdev_export would change metainfer/ or nbdev_clean wo
 
 readme:  ## write README.md from nbs/index.ipynb (stand-in for nbdev_readme, which needs Quarto)
 	$(PYTHON) tools/make_readme.py $(README_ARGS)
+
+lint: install  ## ruff over the notebooks, the package, tests and tools (line length 100), and ruff format --check
+	$(VENV)/bin/ruff check nbs metainfer tests tools
+	$(VENV)/bin/ruff format --check nbs tests tools
 
 readme-check:  ## fail if README.md differs from what `make readme` would write
 	$(PYTHON) tools/make_readme.py --check $(README_ARGS)

@@ -29,16 +29,19 @@ from metainfer.engine.logits_processing import (
 from .cuda_graphs import DecodeGraphs
 
 log = logging.getLogger("metainfer")
-# like vLLM: start-up facts (KV pool size, backends) are shown unless the user configures logging
-if not log.handlers:
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(logging.Formatter("%(levelname)s metainfer: %(message)s"))
-    log.addHandler(_handler)
-    log.setLevel(logging.INFO)
+
+
+def show_startup_log() -> None:
+    "Like vLLM, show start-up facts (KV pool size, backends), unless the user configured logging."
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s metainfer: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
 # %% auto #0
-__all__ = ['log', 'MODEL_CLASSES', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype', 'kv_block_budget',
-           'ModelRunner']
+__all__ = ['log', 'MODEL_CLASSES', 'show_startup_log', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype',
+           'kv_block_budget', 'ModelRunner']
 
 # %% ../../nbs/engine/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {
@@ -114,6 +117,7 @@ class ModelRunner:
         max_model_len: int,
         tp: ParallelInfo = ParallelInfo(),
     ):
+        show_startup_log()
         self.config, self.model_config, self.tp = config, model_config, tp
         self.device = resolve_device(config.device, self.tp.rank if self.tp.size > 1 else None)
         if self.device.type == "cuda":  # Triton launches and events use the current device
