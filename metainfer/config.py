@@ -158,6 +158,7 @@ class EngineConfig:
         "auto: flash_attn if it imports, else the kernel backend's own",
         choices=ATTENTION_BACKENDS,
     )
+    pdl: bool = arg(True, "Hopper: Triton kernels launch with programmatic dependent launch")
     seed: int = arg(0, "the engine's base seed")
 
     def __post_init__(self):

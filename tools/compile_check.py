@@ -104,7 +104,7 @@ def install() -> list:
 
 
 def set_pdl(modules: list, on: bool) -> None:
-    "What `pdl()` answers on a Hopper GPU (on), or with `METAINFER_PDL=0` and on older GPUs (off)."
+    "What `pdl()` answers on a Hopper GPU (on), or on older GPUs (off)."
     for m in modules:
         if hasattr(m, "pdl"):
             m.pdl = lambda: on

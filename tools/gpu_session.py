@@ -240,11 +240,12 @@ def stage_latency_peers():
 
 
 def stage_pdl_modes():
-    "B=1 decode with graphs without PDL (`METAINFER_PDL=0`), beside stage latency-peers' default."
-    m = checkpoint("Qwen3-8B")
-    os.environ["METAINFER_PDL"] = "0"  # the JSON's engine.kernel_backend then lacks "+pdl"
-    bench(f"latency {m} --batch-size 1 --name latency-qwen3-8b-b1-graphs-pdl-0 --profile", 120)
-    os.environ.pop("METAINFER_PDL")
+    "B=1 decode with graphs without PDL (`--no-pdl`), beside stage latency-peers' default."
+    m = checkpoint("Qwen3-8B")  # the JSON's engine.kernel_backend then lacks "+pdl"
+    bench(
+        f"latency {m} --batch-size 1 --no-pdl --name latency-qwen3-8b-b1-graphs-pdl-0 --profile",
+        120,
+    )
 
 
 def stage_hf_compile_peer():

@@ -91,8 +91,10 @@ class SymmMemCommunicator(TorchDistCommunicator):
         max_bytes: int = 1 << 20,
         max_rows: int = 32,
         max_hidden: int = 8192,
+        use_pdl: bool = True,  # the fused kernel and the pushing GEMV launch with PDL (Hopper)
     ):
         super().__init__(group)
+        self.use_pdl = use_pdl
         import torch.distributed._symmetric_memory as symm_mem
         from metainfer.distributed import symm_mem_kernel
         from metainfer.kernels import triton_gemv, triton_launch
@@ -151,7 +153,8 @@ class SymmMemCommunicator(TorchDistCommunicator):
             if pushed:  # a push nobody sums: its count is used up all the same
                 self.push.counters[0] += 1
             return super().all_reduce_add_rms_norm(x, residual, weight, eps, kernels)
-        return self.fused(x, residual, weight, eps, self.push, pushed=pushed)  # (counts every row)
+        # (counts every row it sums)
+        return self.fused(x, residual, weight, eps, self.push, pushed=pushed, use_pdl=self.use_pdl)
 
     def partial_linear(
         self,
@@ -170,7 +173,8 @@ class SymmMemCommunicator(TorchDistCommunicator):
             and self.pushes(x, weight, out_dtype)
         ):
             return super().partial_linear(x, weight, bias, out_dtype, kernels)
-        return PushedPartial(self.gemv(x, weight, bias, torch.float32, push=self.push))
+        partial = self.gemv(x, weight, bias, torch.float32, push=self.push, use_pdl=self.use_pdl)
+        return PushedPartial(partial)
 
     def pushes(self, x: Tensor, weight: Tensor, out_dtype: torch.dtype | None) -> bool:
         "Whether the GEMV can push this product: one float32 row of at most `max_hidden` outputs."
@@ -234,7 +238,7 @@ def check_all_reduce(comm, rank: int, size: int, device: torch.device, dtype: to
 
 # %% ../../nbs/distributed/04a_communicators.ipynb #fc01
 def fast_communicator(
-    rank: int, size: int, device: torch.device, dtype: torch.dtype
+    rank: int, size: int, device: torch.device, dtype: torch.dtype, use_pdl: bool = True
 ) -> SymmMemCommunicator | None:
     """A checked `SymmMemCommunicator`, or `None` (on every rank alike) if it can't be built, gives
     wrong sums, or can't meet."""
@@ -252,7 +256,8 @@ def fast_communicator(
             )
         return None
     try:
-        comm, ok = SymmMemCommunicator(None, device, (dtype, torch.float32)), None
+        comm = SymmMemCommunicator(None, device, (dtype, torch.float32), use_pdl=use_pdl)
+        ok = None
     except Exception:
         comm, ok = None, False
     if ok is None:

@@ -189,6 +189,7 @@ def init_tensor_parallel(
     dtype: torch.dtype = torch.bfloat16,
     symm_mem: bool = True,
     expert_size: int | None = None,
+    pdl: bool = True,  # the fast all-reduce's kernels launch with PDL (Hopper)
 ) -> ParallelInfo:
     "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`); its record."
     if size == 1:
@@ -209,7 +210,7 @@ def init_tensor_parallel(
     control = dist.new_group(backend="gloo") if cuda else None
     comm = TorchDistCommunicator()
     if cuda and symm_mem:
-        comm = fast_communicator(rank, size, device, dtype) or comm
+        comm = fast_communicator(rank, size, device, dtype, pdl) or comm
     return ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size)
 
 

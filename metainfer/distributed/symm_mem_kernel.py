@@ -146,6 +146,7 @@ def all_reduce_add_rms_norm(
     bufs: PushBuffers,
     max_spins: int = 1 << 30,  # reads of a peer's words before giving up (NaN)
     pushed: bool = False,  # the GEMV that computed `x` pushed it (`gemv(push=bufs)`)
+    use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`add_rms_norm(Σ_ranks x → residual's dtype, residual)` in one kernel on every rank; returns
     `(normed, residual)`. Without a residual (the vocabulary-parallel embedding's rows), `rms_norm`
@@ -181,8 +182,8 @@ def all_reduce_add_rms_norm(
         HAS_RESIDUAL=residual is not None,
         PUSHED=int(pushed),
         MAX_SPINS=max_spins,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=8 if BLOCK_N >= 4096 else 4,
     )
     return out, res_out

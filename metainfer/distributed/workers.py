@@ -69,6 +69,7 @@ def join_group(
         dtype=resolve_dtype(config.dtype, model_config, device),
         symm_mem=not config.disable_custom_all_reduce,
         expert_size=config.expert_parallel_size,
+        pdl=config.pdl,
     )
 
 

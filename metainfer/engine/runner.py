@@ -19,13 +19,8 @@ from ..models.loader import load_weights
 from .sampler import sample
 from .scheduler import ScheduledBatch
 from .step_input import StepInput, prefill_input, decode_input, fill_pending
-from metainfer.engine.logits_processing import (
-    LaunchedStep,
-    adjusted_logits,
-    sampling_tensors,
-    score_rows,
-    step_logprobs,
-)
+from .logits_processing import LaunchedStep, adjusted_logits, score_rows
+from .logits_processing import sampling_tensors, step_logprobs
 from .cuda_graphs import DecodeGraphs
 
 log = logging.getLogger("metainfer")
@@ -124,12 +119,13 @@ class ModelRunner:
             torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
         self.block_size, self.max_model_len = config.block_size, max_model_len
-        self.backend = select_backend(self.device, config.kernel_backend, config.attention_backend)
+        self.backend = select_backend(
+            self.device, config.kernel_backend, config.attention_backend, config.pdl
+        )
         self.kernel_backend = self.backend.name
         with torch.device(self.device), default_dtype(self.dtype):
-            self.model = model_class(model_config.family)(
-                model_config, self.tp, self.backend
-            ).eval()
+            model = model_class(model_config.family)
+            self.model = model(model_config, self.tp, self.backend).eval()
         load_weights(self.model, config.model, progress=self.tp.rank == 0)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         log.info(
@@ -140,9 +136,8 @@ class ModelRunner:
         self.graphs = None
         # rank 0: the last launched step's sampled ids, and each sequence's row in them
         self.last_token_ids, self.last_rows = None, {}
-        self.stop_token_ids: tuple[
-            int, ...
-        ] = ()  # the engine's EOS ids, that `min_tokens` holds back
+        # the engine's EOS ids, that `min_tokens` holds back
+        self.stop_token_ids: tuple[int, ...] = ()
         if self.device.type == "cuda" and not config.enforce_eager:
             self.graphs = DecodeGraphs(self, min(config.max_num_seqs, 512))
 
@@ -173,9 +168,7 @@ class ModelRunner:
             self.device,
             a.kv_parts,
         )
-        self.null_block = (
-            num_blocks  # one extra block: where padded rows of a CUDA-graph batch write
-        )
+        self.null_block = num_blocks  # one extra block: where a graph's padded rows write
         self.kv_pool_bytes = per_block * num_blocks
         for i, attn in enumerate(layers):
             attn.bind_kv_cache(*self.kv_pool.layer(i))

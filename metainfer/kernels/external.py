@@ -112,10 +112,11 @@ class VllmKernels(TorchKernels):
 
     name = "vllm"
 
-    def __init__(self):
+    def __init__(self, use_pdl: bool = True):
+        "`use_pdl`: our Triton kernels here launch with programmatic dependent launch (Hopper)."
         from vllm import _custom_ops
 
-        self.vllm = _custom_ops
+        self.vllm, self.use_pdl = _custom_ops, use_pdl
         self.cos_sin = {}  # (cache, dtype) -> the cache in that dtype
 
     def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -162,14 +163,14 @@ class VllmKernels(TorchKernels):
     def silu_and_mul(self, x: Tensor) -> Tensor:
         """Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it
         would copy `x`."""
-        return triton_silu_and_mul(x) if x.is_cuda else silu_and_mul_ref(x)
+        return triton_silu_and_mul(x, self.use_pdl) if x.is_cuda else silu_and_mul_ref(x)
 
     # `linear` is cuBLAS, as vLLM's own linear layers use; `norm_linear` its add + norm, then cuBLAS
 
     def embedding(self, ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
         "Ours: vLLM's layers do this lookup in torch ops."
         return (
-            triton_embedding(ids, weight, start)
+            triton_embedding(ids, weight, start, self.use_pdl)
             if ids.is_cuda
             else embedding_ref(ids, weight, start)
         )

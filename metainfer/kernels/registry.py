@@ -31,12 +31,12 @@ class Backend:
     moe: TorchMoE = TorchMoE()  # router and routed experts
 
 # %% ../../nbs/kernels/09h_registry.ipynb #b45fffe9
-def torch_backend(gpu: bool) -> Backend:
+def torch_backend(gpu: bool, use_pdl: bool) -> Backend:
     "The pure-torch references."
     return Backend("torch")
 
 
-def triton_backend(gpu: bool, ops: TorchKernels | None = None) -> Backend:
+def triton_backend(gpu: bool, use_pdl: bool, ops: TorchKernels | None = None) -> Backend:
     "Our Triton kernels (`ops`: other element-wise kernels beside them)."
     from metainfer.kernels.triton_kernels import TritonKernels
     from metainfer.kernels.triton_launch import interpreting
@@ -44,47 +44,48 @@ def triton_backend(gpu: bool, ops: TorchKernels | None = None) -> Backend:
     from metainfer.kernels.triton_mla import TritonMLA
     from metainfer.kernels.triton_moe import TritonMoE
 
-    attention = TritonAttention() if gpu or interpreting() else TorchAttention()
-    return Backend("triton", ops or TritonKernels(), attention, TritonMLA(), TritonMoE())
+    attention = TritonAttention(use_pdl) if gpu or interpreting() else TorchAttention()
+    ops = ops or TritonKernels(use_pdl)
+    return Backend("triton", ops, attention, TritonMLA(use_pdl), TritonMoE(use_pdl))
 
 
-def vllm_backend(gpu: bool) -> Backend:
+def vllm_backend(gpu: bool, use_pdl: bool) -> Backend:
     "vLLM's CUDA kernels for the element-wise ops, Triton's for the rest."
     from metainfer.kernels.external import VllmKernels
 
-    return replace(triton_backend(gpu, VllmKernels()), name="vllm")
+    return replace(triton_backend(gpu, use_pdl, VllmKernels(use_pdl)), name="vllm")
 
 
-KERNELS: dict[str, Callable[[bool], Backend]] = {
+KERNELS: dict[str, Callable[[bool, bool], Backend]] = {
     "torch": torch_backend,
     "triton": triton_backend,
     "vllm": vllm_backend,
 }
 
 # %% ../../nbs/kernels/09h_registry.ipynb #30733453
-def varlen_attention(own: Any) -> Any:
+def varlen_attention(own: Any, use_pdl: bool) -> Any:
     "PyTorch's FlashAttention for fresh prefills, Triton's paged kernels for the rest."
     from metainfer.kernels.triton_attention import VarlenTritonAttention
 
-    return VarlenTritonAttention()
+    return VarlenTritonAttention(use_pdl)
 
 
-def flash_attn_attention(own: Any) -> Any:
+def flash_attn_attention(own: Any, use_pdl: bool) -> Any:
     "FlashAttention-2 where it can serve, `own` where it can't."
     from metainfer.kernels.external import FlashAttnAttention
 
     return FlashAttnAttention(fallback=own)
 
 
-def triton_attention(own: Any) -> Any:
+def triton_attention(own: Any, use_pdl: bool) -> Any:
     "Our Triton paged attention."
     from metainfer.kernels.triton_attention import TritonAttention
 
-    return TritonAttention()
+    return TritonAttention(use_pdl)
 
 
-ATTENTION: dict[str, Callable[[Any], Any]] = {
-    "torch": lambda own: TorchAttention(),
+ATTENTION: dict[str, Callable[[Any, bool], Any]] = {
+    "torch": lambda own, use_pdl: TorchAttention(),
     "triton": triton_attention,
     "varlen": varlen_attention,
     "flash_attn": flash_attn_attention,
@@ -108,22 +109,24 @@ def auto_attention(own: Any, gpu: bool) -> str:
     )
 
 
-def select_backend(device: torch.device, kernels: str = "auto", attention: str = "auto") -> Backend:
-    """The backend of an engine on `device`, from `EngineConfig`'s `kernel_backend` and
-    `attention_backend`."""
+def select_backend(
+    device: torch.device, kernels: str = "auto", attention: str = "auto", pdl: bool = True
+) -> Backend:
+    """The backend of an engine on `device`, from `EngineConfig`'s `kernel_backend`,
+    `attention_backend` and `pdl` (Triton's launches use programmatic dependent launch)."""
     if kernels not in KERNEL_BACKENDS:
         raise ValueError(f"unknown kernel backend {kernels!r}: one of {KERNEL_BACKENDS}")
     if attention not in ATTENTION_BACKENDS:
         raise ValueError(f"unknown attention backend {attention!r}: one of {ATTENTION_BACKENDS}")
     gpu = device.type == "cuda"
     kernels = auto_kernels(gpu) if kernels == "auto" else kernels
-    backend = KERNELS[kernels](gpu)
+    backend = KERNELS[kernels](gpu, pdl)
     attention = auto_attention(backend.attention, gpu) if attention == "auto" else attention
     if attention != backend.attention.name:
-        backend = replace(backend, attention=ATTENTION[attention](backend.attention))
+        backend = replace(backend, attention=ATTENTION[attention](backend.attention, pdl))
     name = kernels if attention == kernels else f"{kernels}/{attention}"
     if kernels != "torch":
-        from metainfer.kernels.triton_launch import pdl
+        from metainfer.kernels.triton_launch import pdl as pdl_supported
 
-        name += "+pdl" if pdl() else ""
+        name += "+pdl" if pdl and pdl_supported() else ""
     return replace(backend, name=name)

@@ -105,7 +105,15 @@ class TritonAttention:
     GPU backend."""
 
     name = "triton"
-    store_kv = staticmethod(store_kv)
+
+    def __init__(self, use_pdl: bool = True):
+        "`use_pdl`: launch with programmatic dependent launch where the GPU has it (Hopper)."
+        self.use_pdl = use_pdl
+
+    def store_kv(
+        self, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor
+    ) -> None:
+        store_kv(k, v, k_cache, v_cache, slot_mapping, use_pdl=self.use_pdl)
 
     @staticmethod
     def prefill(
@@ -121,8 +129,8 @@ class TritonAttention:
         have it all."""
         return paged_prefill(q, k_cache, v_cache, meta, scale)
 
-    @staticmethod
     def decode(
+        self,
         q: Tensor,
         k: Tensor,
         v: Tensor,
@@ -134,7 +142,7 @@ class TritonAttention:
     ) -> Tensor:
         """Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its
         whole context: one launch."""
-        return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope)
+        return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope, use_pdl=self.use_pdl)
 
 
 class VarlenTritonAttention(TritonAttention):

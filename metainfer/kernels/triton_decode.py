@@ -31,6 +31,7 @@ def paged_decode(
     block_n: int = 32,  # cached tokens per K/V tile
     num_warps: int = 4,
     num_stages: int = 2,  # Triton launch options
+    use_pdl: bool = True,
 ) -> Tensor:
     "Store each sequence's new K/V, and attend its one query to its whole context: `[B, H, D]`."
     B, H, D = q.shape
@@ -97,8 +98,8 @@ def paged_decode(
         HALF=half,
         IS_NEOX=r.is_neox,
         QK_NORM=r.q_weight is not None,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -32,7 +32,7 @@ def _embedding_kernel(
     tl.store(out_ptr + t * D + cols, x, mask=cols < D)
 
 
-def embedding(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
+def embedding(ids: Tensor, weight: Tensor, start: int = 0, use_pdl: bool = True) -> Tensor:
     """`embedding_ref`: rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start,
     start + rows)`."""
     if weight.stride(1) != 1:
@@ -50,8 +50,8 @@ def embedding(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
             D,
             weight.stride(0),
             BLOCK=BLOCK,
-            PDL=pdl(),
-            launch_pdl=pdl(),
+            PDL=use_pdl and pdl(),
+            launch_pdl=use_pdl and pdl(),
             num_warps=4,
         )
     return out

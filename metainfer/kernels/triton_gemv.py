@@ -141,6 +141,7 @@ def gemv(
     | None = None,  # (residual, norm weight, eps): of RMSNorm(x + residual)
     residual_out: Tensor | None = None,  # [K], with a residual: where `x + residual` is stored
     push: PushBuffers | None = None,
+    use_pdl: bool = True,
 ) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
     "`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the"
     "row RMS-normalized first."
@@ -192,8 +193,8 @@ def gemv(
         PUSH_RANK=push.rank if push else 0,
         PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0,
         BLOCK_X=next_pow2(K) if norm else 1,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         **tiles,
     )
     return out
@@ -236,13 +237,14 @@ def linear(
     bias: Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     act: str | None = None,
+    use_pdl: bool = True,
 ) -> Tensor:
     """`linear_ref`, then Triton's `act`; one row on a GPU (a batch-1 decode step) is one `gemv`,
     `act` in it."""
     if one_gpu_row(x, weight):
-        return gemv(x, weight, bias, out_dtype, act)
+        return gemv(x, weight, bias, out_dtype, act, use_pdl=use_pdl)
     y = linear_ref(x, weight, bias, out_dtype)
-    return y if act is None else ACTIVATIONS[act](y)
+    return y if act is None else ACTIVATIONS[act](y, use_pdl=use_pdl)
 
 
 def norm_linear(
@@ -253,6 +255,7 @@ def norm_linear(
     weight: Tensor,
     bias: Tensor | None = None,
     act: str | None = None,
+    use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one
     `gemv` launch with the norm in its prologue (same bits). In a graph a launch costs no host time,
@@ -265,11 +268,11 @@ def norm_linear(
         and not torch.cuda.is_current_stream_capturing()
     ):
         if residual is None:
-            normed, residual = rms_norm(x, norm_weight, eps), x
+            normed, residual = rms_norm(x, norm_weight, eps, use_pdl), x
         else:
-            normed, residual = add_rms_norm(x, residual, norm_weight, eps)
-        return linear(normed, weight, bias, act=act), residual
+            normed, residual = add_rms_norm(x, residual, norm_weight, eps, use_pdl)
+        return linear(normed, weight, bias, act=act, use_pdl=use_pdl), residual
     residual_out = x if residual is None else torch.empty_like(x)
-    return gemv(
-        x, weight, bias, act=act, norm=(residual, norm_weight, eps), residual_out=residual_out
-    ), residual_out
+    norm = (residual, norm_weight, eps)
+    y = gemv(x, weight, bias, act=act, norm=norm, residual_out=residual_out, use_pdl=use_pdl)
+    return y, residual_out

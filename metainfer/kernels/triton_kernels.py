@@ -4,6 +4,7 @@
 
 # %% ../../nbs/kernels/03g_triton_kernels.ipynb #3523d3e2
 from __future__ import annotations  # noqa: F404
+from functools import partial
 from .elementwise import TorchKernels
 from .triton_norms import rms_norm, add_rms_norm
 from .triton_rotary import rotary
@@ -19,10 +20,9 @@ class TritonKernels(TorchKernels):
     "Triton kernels with the interface of `TorchKernels`: the default GPU backend."
 
     name = "triton"
-    rms_norm = staticmethod(rms_norm)
-    add_rms_norm = staticmethod(add_rms_norm)
-    rotary = staticmethod(rotary)
-    silu_and_mul = staticmethod(silu_and_mul)
-    linear = staticmethod(linear)
-    norm_linear = staticmethod(norm_linear)
-    embedding = staticmethod(embedding)
+
+    def __init__(self, use_pdl: bool = True):
+        "`use_pdl`: launch with programmatic dependent launch where the GPU has it (Hopper)."
+        self.use_pdl = use_pdl
+        for op in (rms_norm, add_rms_norm, rotary, silu_and_mul, linear, norm_linear, embedding):
+            setattr(self, op.__name__, partial(op, use_pdl=use_pdl))  # each op, launched so

@@ -146,11 +146,10 @@ if triton is not None:
 
 
 def jit(fn):
-    """`triton.jit`: compiled kernels launch through `LeanJITFunction` unless
-    `METAINFER_LEAN_LAUNCH=0`; the interpreter runs Triton's own."""
+    "`triton.jit`, launched through `LeanJITFunction` when compiled; the interpreter runs Triton's."
     if triton is None:
         return fn
-    if interpreting() or os.environ.get("METAINFER_LEAN_LAUNCH", "1") == "0":
+    if interpreting():
         return triton.jit(fn)
     return LeanJITFunction(fn)
 
@@ -164,14 +163,13 @@ def relative_error(out: Tensor, ref: Tensor) -> float:
 # %% ../../nbs/kernels/03a_triton_launch.ipynb #d74d81ec
 @functools.cache
 def pdl() -> bool:
-    """Whether kernels launch with programmatic dependent launch: Hopper or newer, compiled,
-    `METAINFER_PDL` not `0`."""
+    """Whether kernels can launch with programmatic dependent launch: Hopper or newer, compiled
+    (a kernel does where its caller passes `use_pdl`, as the engine's `pdl` setting says)."""
     return (
         triton is not None
         and not interpreting()
         and torch.cuda.is_available()
         and torch.cuda.get_device_capability()[0] >= 9
-        and os.environ.get("METAINFER_PDL", "1") != "0"
     )
 
 

@@ -65,6 +65,7 @@ def store_latent(
     latent_cache: Tensor,
     slot_mapping: Tensor,
     c_norm: tuple[Tensor, float] | None = None,
+    use_pdl: bool = True,
 ) -> None:
     "As `TorchMLA.store_latent`, in one launch (no concatenation, no scatter, the norm included)."
     c, k_pe = (t if t.stride(-1) == 1 else t.contiguous() for t in (c, k_pe))
@@ -87,8 +88,8 @@ def store_latent(
         NORM=c_norm is not None,
         BLOCK_R=next_pow2(R),
         BLOCK_DR=next_pow2(DR),
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=4,
     )
 
@@ -171,7 +172,20 @@ class TritonMLA:
     MLA table."""
 
     name = "triton"
-    store_latent = staticmethod(store_latent)
+
+    def __init__(self, use_pdl: bool = True):
+        "`use_pdl`: launch with programmatic dependent launch where the GPU has it (Hopper)."
+        self.use_pdl = use_pdl
+
+    def store_latent(
+        self,
+        c: Tensor,
+        k_pe: Tensor,
+        latent_cache: Tensor,
+        slot_mapping: Tensor,
+        c_norm: tuple[Tensor, float] | None = None,
+    ) -> None:
+        store_latent(c, k_pe, latent_cache, slot_mapping, c_norm, use_pdl=self.use_pdl)
 
     @staticmethod
     def prefill(
@@ -193,8 +207,8 @@ class TritonMLA:
             return mla_prefill_varlen(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
         return TorchMLA.prefill(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
 
-    @staticmethod
     def decode(
+        self,
         q_nope: Tensor,
         q_pe: Tensor,
         latent_cache: Tensor,
@@ -206,6 +220,5 @@ class TritonMLA:
         """As `TorchMLA.decode`: `W_UK` into the query, Triton attention over the latents, `W_UV`
         after: `[B, H, dv]`."""
         q = torch.einsum("bhd,hdr->bhr", q_nope, w_uk)  # [B, H, r]
-        return torch.einsum(
-            "bhr,hvr->bhv", mla_decode_latent(q, q_pe, latent_cache, meta, scale), w_uv
-        )
+        o = mla_decode_latent(q, q_pe, latent_cache, meta, scale, use_pdl=self.use_pdl)
+        return torch.einsum("bhr,hvr->bhv", o, w_uv)

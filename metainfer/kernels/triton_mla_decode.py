@@ -142,6 +142,7 @@ def mla_decode_latent(
     meta: AttentionMetadata,
     scale: float,
     num_splits: int | None = None,
+    use_pdl: bool = True,
 ) -> Tensor:
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
     (B, H, r), dr = q.shape, q_pe.shape[-1]
@@ -186,8 +187,8 @@ def mla_decode_latent(
         BLOCK_DR=max(16, next_pow2(dr)),
         BLOCK_N=16 if r > 256 else 32,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=4,
     )
     out = torch.empty(B, H, r, dtype=q.dtype, device=q.device)
@@ -205,8 +206,8 @@ def mla_decode_latent(
         NUM_SPLITS=num_splits,
         BLOCK_S=next_pow2(num_splits),
         BLOCK_R=next_pow2(r),
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=4,
     )
     return out

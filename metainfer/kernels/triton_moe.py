@@ -4,6 +4,7 @@
 
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #ec980f51
 from __future__ import annotations  # noqa: F404
+from functools import partial
 import torch
 from torch import Tensor
 from .elementwise import linear_ref
@@ -144,6 +145,7 @@ def fused_moe(
     add: Tensor | None = None,  # [T, D], added to the output (the shared experts' part)
     block_m: int | None = None,
     out_dtype: torch.dtype | None = None,
+    use_pdl: bool = True,
 ) -> Tensor:  # float32: a partial sum for the all-reduce
     "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped"
     "GEMMs."
@@ -157,7 +159,7 @@ def fused_moe(
     if pair_tiles:
         sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
     else:
-        sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m)
+        sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m, use_pdl)
         offset, P = 0, sorted_ids.shape[0]
     x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
     precision = "ieee" if x.dtype == torch.float32 else "tf32"
@@ -184,8 +186,8 @@ def fused_moe(
         GATHER_TOKENS=True,
         SCALE=False,
         PRECISION=precision,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         **tiles,
     )
     out = torch.empty(
@@ -213,8 +215,8 @@ def fused_moe(
         GATHER_TOKENS=False,
         SCALE=True,
         PRECISION=precision,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         **tiles,
     )
     y = torch.empty(T, D, dtype=out_dtype or x.dtype, device=x.device)
@@ -231,8 +233,8 @@ def fused_moe(
         K=K,
         HAS_ADD=add is not None,
         BLOCK_D=256,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=2,
     )
     return y
@@ -253,5 +255,9 @@ class TritonMoE:
 
     name = "triton"
     router_logits = staticmethod(router_logits_16bit)
-    select_experts = staticmethod(select_experts_triton)
-    fused_moe = staticmethod(fused_moe)
+
+    def __init__(self, use_pdl: bool = True):
+        "`use_pdl`: launch with programmatic dependent launch where the GPU has it (Hopper)."
+        self.use_pdl = use_pdl
+        self.select_experts = partial(select_experts_triton, use_pdl=use_pdl)
+        self.fused_moe = partial(fused_moe, use_pdl=use_pdl)

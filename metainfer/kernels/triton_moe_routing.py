@@ -89,6 +89,7 @@ def select_experts_triton(
     correction_bias: Tensor | None = None,
     norm_topk_prob: bool = False,
     routed_scaling_factor: float = 1.0,
+    use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     "`select_experts` in one launch (instead of five to nine torch kernels)."
     T, E = logits.shape
@@ -113,8 +114,8 @@ def select_experts_triton(
         BLOCK_G=next_pow2(G),
         BLOCK_S=next_pow2(E // G),
         BLOCK_K=next_pow2(top_k),
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=2,
     )
     return weights, ids
@@ -203,7 +204,11 @@ def _moe_align_kernel(
 
 
 def moe_align_triton(
-    topk_ids: Tensor, expert_start: int, num_local_experts: int, block_m: int
+    topk_ids: Tensor,
+    expert_start: int,
+    num_local_experts: int,
+    block_m: int,
+    use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`moe_align` in one launch (instead of about twenty): the same runs and tiles; within a run,
     pairs in any order."""
@@ -224,8 +229,8 @@ def moe_align_triton(
         BLOCK_M=block_m,
         BLOCK=256,
         BLOCK_E=next_pow2(El),
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=4,
     )
     return sorted_ids, block_expert

@@ -77,7 +77,13 @@ def _as_rows(x: Tensor) -> Tensor:
 
 
 def _norm_launch(
-    x3: Tensor, res: Tensor | None, weight: Tensor, eps: float, out: Tensor, res_out: Tensor | None
+    x3: Tensor,
+    res: Tensor | None,
+    weight: Tensor,
+    eps: float,
+    out: Tensor,
+    res_out: Tensor | None,
+    use_pdl: bool = True,
 ):
     n_rows, N = x3.shape[0] * x3.shape[1], x3.shape[2]
     BLOCK_N = next_pow2(N)
@@ -99,8 +105,8 @@ def _norm_launch(
         HAS_RESIDUAL=res is not None,
         ROWS=ROWS,
         BLOCK_N=BLOCK_N,
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=4 if BLOCK_N <= 4096 else 8,
     )
 
@@ -109,10 +115,11 @@ def rms_norm(
     x: Tensor,  # [..., N], any leading shape
     weight: Tensor,  # [N]
     eps: float,
+    use_pdl: bool = True,
 ) -> Tensor:
     "RMSNorm over the last dim, as `rms_norm_ref`: one read of `x`, one write."
     out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
-    _norm_launch(_as_rows(x), None, weight, eps, out, None)
+    _norm_launch(_as_rows(x), None, weight, eps, out, None, use_pdl)
     return out
 
 # %% ../../nbs/kernels/03b_triton_norms.ipynb #c014
@@ -121,10 +128,11 @@ def add_rms_norm(
     residual: Tensor,  # [..., N], like x
     weight: Tensor,  # [N]
     eps: float,
+    use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     "`residual = x + residual`, then RMSNorm of it, in one kernel; returns `(normed, residual)`."
     x2, r2 = x.reshape(-1, x.shape[-1]).contiguous(), residual.reshape(-1, x.shape[-1]).contiguous()
     out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype), device=x.device)
     res_out = torch.empty_like(x)
-    _norm_launch(x2[:, None], r2, weight, eps, out, res_out)
+    _norm_launch(x2[:, None], r2, weight, eps, out, res_out, use_pdl)
     return out, res_out

@@ -64,6 +64,7 @@ def store_kv(
     k_cache: Tensor,  # [num_blocks, PAGE, Hk, D]
     v_cache: Tensor,  # [num_blocks, PAGE, Hk, D]
     slot_mapping: Tensor,  # [T] int64: block * PAGE + offset
+    use_pdl: bool = True,
 ) -> None:
     "Write the step's keys and values to their slots in the pools."
     if k.stride(-1) != 1 or v.stride(-1) != 1:
@@ -85,8 +86,8 @@ def store_kv(
         HEAD_DIM=D,
         BLOCK_H=next_pow2(Hk),
         BLOCK_D=next_pow2(D),
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=1,
     )
 

@@ -143,6 +143,7 @@ def rotary(
     q_weight: Tensor | None = None,  # [D]: RMSNorm each q head first (Qwen3's q_norm)
     k_weight: Tensor | None = None,  # [D]: the same for k
     eps: float = 1e-6,
+    use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Rotate `q` and `k` by their positions (after RMSNorm of each head if given the weights), in
     place; returns them."""
@@ -171,8 +172,8 @@ def rotary(
         BLOCK_HK=next_pow2(k.shape[1]),
         BLOCK_HALF=next_pow2(half),
         BLOCK_TAIL=next_pow2(max(1, D - 2 * half)),
-        PDL=pdl(),
-        launch_pdl=pdl(),
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         num_warps=4,
     )
     return q, k

@@ -34,7 +34,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: 
     tl.store(out_ptr + t * I + cols, silu_mul_pairs(pairs), mask=cols < I)
 
 
-def silu_and_mul(x: Tensor) -> Tensor:
+def silu_and_mul(x: Tensor, use_pdl: bool = True) -> Tensor:
     """`[..., 2I] -> [..., I]`: `silu(gate) * up` of the interleaved pairs `x[..., 0::2]`, `x[...,
     1::2]`."""
     if x.shape[-1] % 2:
@@ -46,6 +46,13 @@ def silu_and_mul(x: Tensor) -> Tensor:
     out = torch.empty(*x.shape[:-1], I, dtype=x.dtype, device=x.device)
     BLOCK = min(1024, next_pow2(I))
     _silu_and_mul_kernel[(x2.shape[0], cdiv(I, BLOCK))](
-        x2, out, x2.stride(0), I, BLOCK=BLOCK, PDL=pdl(), launch_pdl=pdl(), num_warps=4
+        x2,
+        out,
+        x2.stride(0),
+        I,
+        BLOCK=BLOCK,
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
+        num_warps=4,
     )
     return out
