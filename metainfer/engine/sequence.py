@@ -9,17 +9,18 @@ from enum import Enum, auto
 from itertools import count
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence']
+__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence']
 
 # %% ../../nbs/engine/10_sequence.ipynb #c004
 MAX_LOGPROBS = 20  # alternatives a request may ask for at each position (vLLM's default limit)
+SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's rule): logits / 1e-40 overflow
 
 
 @dataclass
 class SamplingParams:
     "How to pick tokens and when to stop (vLLM's names and defaults)."
 
-    temperature: float = 1.0  # 0 means greedy
+    temperature: float = 1.0  # 0 (or below `SAMPLING_EPS`) means greedy
     top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches top_p
     top_k: int = -1  # keep the k most likely tokens; -1 (or 0) keeps all
     max_tokens: int = 16  # completion tokens at most
@@ -54,6 +55,8 @@ class SamplingParams:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature < SAMPLING_EPS:
+            self.temperature = 0.0  # greedy: the sampler never divides by a tiny temperature
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:

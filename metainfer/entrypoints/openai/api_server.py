@@ -19,7 +19,7 @@ from ...testing import default_model_dir
 from ..chat_parsing import REASONING_PARSERS
 from .protocol import OpenAIError
 from .engine_loop import AsyncLLMEngine
-from .serving import ServerState, check_api_key
+from .serving import ServerState, check_api_key, max_token_chars
 from .serving_completion import completions
 from .serving_chat import chat_completions
 from .serving_responses import responses
@@ -53,6 +53,7 @@ def build_app(
     max_body_bytes: int = 16 * 2**20,  # larger request bodies get a 413
     reasoning_parser: str
     | None = None,  # "qwen3" or "deepseek_r1": chats split off `reasoning_content`
+    trust_request_chat_template: bool = False,  # vLLM's flag: else a request's template is a 400
 ) -> FastAPI:
     "The FastAPI app serving `engine` under OpenAI's routes."
     import copy
@@ -62,13 +63,17 @@ def build_app(
             f"unknown reasoning parser {reasoning_parser!r}; choose from {REASONING_PARSERS}"
         )
     app = FastAPI(title="metainfer", version="1", docs_url=None, redoc_url=None)
+    tokenizer = copy.deepcopy(engine.tokenizer)
+    longest = max_token_chars(tokenizer)
     app.state.metainfer = ServerState(
         engine,
-        copy.deepcopy(engine.tokenizer),
+        tokenizer,
         list(served_model_names or [engine.engine.config.model]),
         api_key,
         max_body_bytes,
         reasoning_parser,
+        trust_request_chat_template,
+        None if longest is None else longest * engine.max_model_len,
     )
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
@@ -88,17 +93,30 @@ def build_app(
     app.add_exception_handler(OpenAIError, lambda request, e: e.response())
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(
-        RequestValidationError, lambda request, e: OpenAIError(str(e.errors()[:1])).response()
+        RequestValidationError,
+        lambda request, e: OpenAIError(
+            "; ".join(str(x.get("msg")) for x in e.errors()[:3]) or "invalid request"
+        ).response(),
     )
     app.add_exception_handler(Exception, internal_error)
     return app
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #c057
 def bind_socket(host: str, port: int) -> socket.socket:
-    "A listening TCP socket on `host:port` (`port=0`: a free port chosen by the OS)."
-    return socket.create_server(
-        (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=2048
-    )
+    """A listening TCP socket on `host:port` (`port=0`: a free port chosen by the OS), with
+    TCP_NODELAY: its protocol is `IPPROTO_TCP` (not 0, as `socket.create_server` leaves it), so
+    asyncio sets TCP_NODELAY on every connection it accepts, and the listener has it too."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class ServerThread:
@@ -152,7 +170,11 @@ def serve_main(args) -> None:
         or None
     )
     app = build_app(
-        engine, args.served_model_name or [model], api_key, reasoning_parser=args.reasoning_parser
+        engine,
+        args.served_model_name or [model],
+        api_key,
+        reasoning_parser=args.reasoning_parser,
+        trust_request_chat_template=args.trust_request_chat_template,
     )
     sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host

@@ -42,6 +42,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "(Qwen3, DeepSeek-R1)",
     )
     p.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="let requests bring their own chat_template (vLLM's flag; a template runs on the "
+        "server's CPU, so only for trusted clients)",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     return add_engine_args(p)

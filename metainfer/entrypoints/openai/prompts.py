@@ -5,7 +5,9 @@
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #08b56775
 from __future__ import annotations
 import json
+import logging
 from typing import Any
+import jinja2
 from ...engine.llm import chat_token_ids
 from ..chat_parsing import TOOL_CALL
 from metainfer.entrypoints.openai.protocol import (
@@ -16,13 +18,32 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['prompt_list', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict', 'forced_call', 'chat_prompt']
+__all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict',
+           'forced_call', 'chat_prompt']
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c017
 def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
     "A completion request's prompts: one text or token-id list, or a list of them."
     p = req.prompt
     return p if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
+
+
+def prompt_count(req) -> int:
+    "How many prompts a request has, known before tokenizing (a chat has one)."
+    return len(prompt_list(req)) if isinstance(req, CompletionRequest) else 1
+
+
+def prompt_chars(req) -> int:
+    "Characters of a request's longest text prompt (a chat's: its messages' contents together)."
+    if isinstance(p := getattr(req, "prompt", None), str):
+        return len(p)
+    if isinstance(req, CompletionRequest):
+        return max((len(q) for q in prompt_list(req) if isinstance(q, str)), default=0)
+    chars = 0
+    for m in getattr(req, "messages", None) or []:
+        c = m.content
+        chars += len(c) if isinstance(c, str) else sum(len(x.text or "") for x in c or [])
+    return chars
 
 
 def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
@@ -90,13 +111,7 @@ def forced_call(req: ChatCompletionRequest) -> str:
         return ""
     if tc == "required":
         return TOOL_CALL[0] + '\n{"name": "'
-    name = (tc.get("function") or {}).get("name") if tc.get("type") == "function" else None
-    if not isinstance(name, str):
-        raise OpenAIError(
-            'tool_choice must be "none", "auto", "required" or {"type": "function", "function": '
-            '{"name": ...}}',
-            param="tool_choice",
-        )
+    name = tc.function.name  # (a `NamedToolChoice`: its shape was checked when parsed)
     if name not in [t.function.name for t in req.tools or []]:
         raise OpenAIError(
             f"tool_choice names {name!r}, which is not one of the tools", param="tool_choice"
@@ -117,17 +132,21 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
         raise OpenAIError(
             "a forced tool_choice can't continue the final message", param="tool_choice"
         )
+    kwargs = (req.chat_template_kwargs or {}) | (
+        {"chat_template": req.chat_template} if req.chat_template is not None else {}
+    )  # (a request's template: only from a server that trusts it, see `check_request`)
     try:
         ids = chat_token_ids(
-            tokenizer,
-            msgs,
-            tools,
-            req.add_generation_prompt,
-            req.continue_final_message,
-            **(req.chat_template_kwargs or {}),
+            tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message, **kwargs
         )
-    except Exception as e:
+    except (jinja2.TemplateError, ValueError) as e:  # the template's or our own message
         raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
+    except Exception as e:  # (logged; a client sees no Python error text)
+        logging.getLogger("metainfer").warning("chat template failed", exc_info=e)
+        raise OpenAIError(
+            "could not apply the chat template to these messages and chat_template_kwargs",
+            param="messages",
+        ) from None
     return [
         ids + (tokenizer(start, add_special_tokens=False).input_ids if start else [])
     ]  # (the reply's forced start)

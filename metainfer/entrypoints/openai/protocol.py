@@ -4,15 +4,17 @@
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #1f957e82
 from __future__ import annotations
-from typing import Any, Literal
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated, Any, Literal, TypeVar
+from pydantic import BaseModel, ConfigDict, FailFast, Field, ValidationError
+from typing_extensions import TypeAliasType
 from fastapi.responses import JSONResponse
 
 # %% auto #0
-__all__ = ['INT64', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'CompletionRequest', 'ContentPart',
-           'FunctionDefinition', 'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage', 'ChatCompletionRequest',
-           'parse_request', 'TokenizeRequest', 'DetokenizeRequest', 'InputContent', 'InputItem', 'FunctionTool',
-           'TextConfig', 'ResponsesRequest']
+__all__ = ['INT64', 'Items', 'MAX_ERRORS_SHOWN', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest',
+           'CompletionRequest', 'ContentPart', 'FunctionDefinition', 'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage',
+           'FunctionName', 'NamedToolChoice', 'ChatCompletionRequest', 'error_loc', 'validation_error', 'parse_request',
+           'TokenizeRequest', 'DetokenizeRequest', 'InputContent', 'InputItem', 'FunctionTool', 'TextConfig',
+           'ResponsesRequest']
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c004
 class OpenAIError(Exception):
@@ -50,6 +52,9 @@ class OpenAIError(Exception):
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c007
 INT64 = 2**63 - 1
+_T = TypeVar("_T")
+# every list fails fast: a million wrong items make one error, not a million
+Items = TypeAliasType("Items", Annotated[list[_T], FailFast()], type_params=(_T,))
 
 
 class OpenAIModel(BaseModel):
@@ -72,15 +77,16 @@ class SamplingRequest(OpenAIModel):
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=2**31 - 1)
     seed: int | None = Field(None, ge=-INT64 - 1, le=INT64)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop: str | Items[str] | None = None
+    stop_token_ids: Items[int] | None = None
     ignore_eos: bool | None = None
     n: int | None = Field(None, ge=1, le=128)  # completions per prompt
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias
+    # token id (as a string) -> bias; checked by `logit_bias_ids`, which stops at the first bad one
+    logit_bias: dict[str, Any] | None = None
     repetition_penalty: float | None = None  # vLLM's
     min_tokens: int | None = Field(None, ge=0)  # vLLM's
     include_stop_str_in_output: bool | None = None  # vLLM's
@@ -89,12 +95,22 @@ class SamplingRequest(OpenAIModel):
         None  # vLLM: add prompt and completion token ids to the response
     )
     user: str | None = None
+    # vLLM's and OpenAI's fields for what this server doesn't do: a 400 if asked (`UNSUPPORTED`)
+    response_format: Any = None
+    guided_choice: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
+    min_p: Any = None
+    use_beam_search: Any = None
+    prompt_logprobs: Any = None
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c008
 class CompletionRequest(SamplingRequest):
     "POST /v1/completions: a prompt (text or token ids) or a list of them."
 
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | Items[int] | Items[str] | Items[Items[int]]
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
@@ -133,47 +149,70 @@ class ToolCall(OpenAIModel):
 
 class ChatMessage(OpenAIModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
+    content: str | Items[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[ToolCall] | None = None  # an assistant's calls, sent back with their results
+    tool_calls: Items[ToolCall] | None = None  # an assistant's calls, sent back with their results
     tool_call_id: str | None = None  # a tool message: the call it answers
     reasoning_content: str | None = None  # an assistant's reasoning, for templates that show it
+
+
+class FunctionName(OpenAIModel):
+    name: str
+
+
+class NamedToolChoice(OpenAIModel):
+    "A `tool_choice` naming the function to call."
+
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ChatCompletionRequest(SamplingRequest):
     "POST /v1/chat/completions: messages rendered by the tokenizer's chat template."
 
-    messages: list[ChatMessage]
+    messages: Items[ChatMessage]
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict | None = None
+    tools: Items[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # (every call the model writes is returned)
-    response_format: dict | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": false} for Qwen3
+    chat_template: str | None = None  # vLLM's: only with --trust-request-chat-template
     add_generation_prompt: bool = True  # vLLM's: open the assistant's turn
     continue_final_message: bool = False  # vLLM's: continue the last (assistant) message instead
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c010
+MAX_ERRORS_SHOWN = 3  # a 400 quotes this many validation errors, then counts the rest
+
+
+def error_loc(err: dict) -> str:
+    "Where a pydantic error is, as a dotted path (`messages.0.role`), union branch names left out."
+    return ".".join(
+        str(p)
+        for p in err["loc"]
+        if not (isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "dict")))
+    )
+
+
+def validation_error(e: ValidationError) -> OpenAIError:
+    """A 400 for a failed validation: the first `MAX_ERRORS_SHOWN` errors, and how many there were
+    (lists fail fast, so there are few to convert)."""
+    errs = e.errors(include_url=False, include_input=False, include_context=False)
+    if errs[0]["type"] == "json_invalid":
+        return OpenAIError(f"the body is not valid JSON: {errs[0]['msg']}", code="invalid_json")
+    shown = [f"{error_loc(x) or 'body'}: {x['msg']}" for x in errs[:MAX_ERRORS_SHOWN]]
+    more = len(errs) - len(shown)
+    msg = "; ".join(shown) + (f" (and {more} more errors)" if more else "")
+    return OpenAIError(msg, param=error_loc(errs[0]) or None)
+
+
 def parse_request(cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
-    "Parse and validate a JSON body, or raise a 400 `OpenAIError` naming the first problem."
+    "Parse and validate a JSON body, or raise a 400 `OpenAIError` naming its first problems."
     try:
         return cls.model_validate_json(body)
     except ValidationError as e:
-        err = e.errors(include_url=False, include_input=False)[0]
-        if err["type"] == "json_invalid":
-            raise OpenAIError(
-                f"the body is not valid JSON: {err['msg']}", code="invalid_json"
-            ) from None
-        loc = ".".join(
-            str(p)
-            for p in err["loc"]
-            if not (
-                isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "dict"))
-            )
-        )
-        raise OpenAIError(f"{loc or 'body'}: {err['msg']}", param=loc or None) from None
+        raise validation_error(e) from None
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #27e23f7b
 class TokenizeRequest(OpenAIModel):
@@ -182,12 +221,13 @@ class TokenizeRequest(OpenAIModel):
 
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: Items[ChatMessage] | None = None
     add_special_tokens: bool = True  # (a prompt's; the chat template writes a chat's)
     add_generation_prompt: bool = True  # (a chat's)
     continue_final_message: bool = False  # (a chat's)
-    tools: list[Tool] | None = None
+    tools: Items[Tool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None  # (only with --trust-request-chat-template)
     return_token_strs: bool = False
 
 
@@ -195,7 +235,7 @@ class DetokenizeRequest(OpenAIModel):
     "POST /detokenize (vLLM's): the text of token ids."
 
     model: str | None = None
-    tokens: list[int]
+    tokens: Items[int]
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #0e6ef387
 class InputContent(OpenAIModel):
@@ -210,8 +250,8 @@ class InputItem(OpenAIModel):
 
     type: Literal["message", "reasoning", "function_call", "function_call_output"] = "message"
     role: Literal["user", "system", "developer", "assistant"] | None = None
-    content: str | list[InputContent] | None = None
-    summary: list[InputContent] | None = None  # (a reasoning item's, when it has no content)
+    content: str | Items[InputContent] | None = None
+    summary: Items[InputContent] | None = None  # (a reasoning item's, when it has no content)
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
@@ -237,13 +277,13 @@ class ResponsesRequest(OpenAIModel):
     "POST /v1/responses: OpenAI's Responses API, stateless (nothing is stored)."
 
     model: str | None = None
-    input: list[InputItem] | str
+    input: Items[InputItem] | str
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     stream: bool | None = None
-    tools: list[FunctionTool] | None = None
+    tools: Items[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
     parallel_tool_calls: bool | None = None
     previous_response_id: str | None = None
@@ -251,5 +291,5 @@ class ResponsesRequest(OpenAIModel):
     store: bool | None = None  # (accepted; nothing is stored)
     text: TextConfig | None = None
     reasoning: dict | None = None  # (accepted; the model thinks as its template asks)
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, Any] | None = Field(None, max_length=16)  # (OpenAI's limit; not stored)
     user: str | None = None

@@ -4,8 +4,10 @@
 
 # %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #c001
 from __future__ import annotations
+from pydantic import ValidationError
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
+    validation_error,
     ChatCompletionRequest,
     ResponsesRequest,
     InputItem,
@@ -93,17 +95,18 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     )  # (a named function is flat here too: {"type": "function", "name": ...})
     if isinstance(choice, dict) and "name" in choice:
         choice = {"type": choice.get("type"), "function": {"name": choice["name"]}}
-    return ChatCompletionRequest.model_validate(
-        {
-            "model": req.model,
-            "messages": messages,
-            "max_completion_tokens": req.max_output_tokens,
-            "temperature": req.temperature,
-            "top_p": req.top_p,
-            "stream": req.stream,
-            "tools": tools or None,
-            "tool_choice": choice if tools else None,
-            "parallel_tool_calls": req.parallel_tool_calls,
-        },
-        strict=False,
-    )
+    fields = {
+        "model": req.model,
+        "messages": messages,
+        "max_completion_tokens": req.max_output_tokens,
+        "temperature": req.temperature,
+        "top_p": req.top_p,
+        "stream": req.stream,
+        "tools": tools or None,
+        "tool_choice": choice if tools else None,
+        "parallel_tool_calls": req.parallel_tool_calls,
+    }
+    try:
+        return ChatCompletionRequest.model_validate(fields, strict=False)
+    except ValidationError as e:  # (e.g. a tool_choice of the wrong shape)
+        raise validation_error(e) from None

@@ -4,7 +4,9 @@
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #70d4e598
 from __future__ import annotations
-from ...engine.sequence import SamplingParams
+import re
+from typing import Any
+from ...engine.sequence import SAMPLING_EPS, SamplingParams
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     SamplingRequest,
@@ -13,17 +15,44 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['unsupported', 'candidates_per_prompt', 'sampling_params']
+__all__ = ['UNSUPPORTED', 'TOKEN_ID', 'unsupported', 'check_supported', 'candidates_per_prompt', 'logit_bias_ids',
+           'sampling_params']
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c013
-def unsupported(req: SamplingRequest) -> str | None:
-    "The first field asking for a feature this server doesn't implement, if any."
-    checks = {}
-    if isinstance(req, CompletionRequest):
-        checks |= {"suffix": bool(req.suffix)}
-    if isinstance(req, ChatCompletionRequest):
-        checks |= {"response_format": (req.response_format or {}).get("type", "text") != "text"}
-    return next((k for k, bad in checks.items() if bad), None)
+def _asked(v: Any) -> bool:
+    return v not in (None, False, "", [], {})
+
+
+# field -> whether a value asks for what this server doesn't do (vLLM's neutral values pass)
+UNSUPPORTED = {
+    "suffix": _asked,
+    "response_format": lambda v: (
+        v is not None and not (isinstance(v, dict) and v.get("type", "text") == "text")
+    ),  # JSON: constrained decoding
+    "guided_choice": _asked,
+    "guided_json": _asked,
+    "guided_regex": _asked,
+    "guided_grammar": _asked,
+    "structured_outputs": _asked,
+    "min_p": lambda v: v not in (None, 0, 0.0),
+    "use_beam_search": _asked,
+    "prompt_logprobs": lambda v: v is not None,  # (completions: `echo` with `logprobs`)
+}
+
+
+def unsupported(req) -> str | None:
+    "The first field of `req` asking for a feature this server doesn't implement, if any."
+    return next((k for k, asks in UNSUPPORTED.items() if asks(getattr(req, k, None))), None)
+
+
+def check_supported(req) -> None:
+    "A 400 naming the first field that asks for what this server doesn't do (checked once)."
+    if (bad := unsupported(req)) is not None:
+        raise OpenAIError(
+            f"{bad}={getattr(req, bad)!r:.200} is not supported by this server",
+            code="unsupported_parameter",
+            param=bad,
+        )
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c014
 def candidates_per_prompt(req: SamplingRequest) -> int:
@@ -36,21 +65,37 @@ def candidates_per_prompt(req: SamplingRequest) -> int:
         raise OpenAIError(
             "best_of > n can't stream: the best are known only at the end", param="best_of"
         )
-    if best_of > n and req.temperature == 0:
+    if best_of > n and req.temperature is not None and req.temperature < SAMPLING_EPS:
         raise OpenAIError(
             "best_of > n needs sampling: greedy samples are all the same", param="best_of"
         )
     return best_of
 
 
+TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,9}")  # ASCII digits, no sign, space, "_" or leading 0
+
+
+def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
+    """`logit_bias` keyed by token id: each key a canonical non-negative integer (`"5"`, not `" 5"`,
+    `"05"`, `"1_0"` or `"٥"`, so no two keys name one id), each value a number; a 400 at the
+    first that isn't (the engine checks ids against the vocabulary)."""
+    out = {}
+    for k, v in (bias or {}).items():
+        if not TOKEN_ID.fullmatch(k):
+            raise OpenAIError(
+                f"logit_bias keys must be token ids written as plain digits, got {k!r:.40}",
+                param="logit_bias",
+            )
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
+            raise OpenAIError(
+                f"logit_bias[{k!r}] must be a number in [-100, 100]", param="logit_bias"
+            )
+        out[int(k)] = float(v)
+    return out
+
+
 def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
-    "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError`."
-    if (bad := unsupported(req)) is not None:
-        raise OpenAIError(
-            f"{bad}={getattr(req, bad)!r} is not supported by this server",
-            code="unsupported_parameter",
-            param=bad,
-        )
+    "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first)."
     room = max_model_len - prompt_len
     if room < 1:
         raise OpenAIError(
@@ -77,10 +122,7 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
     )  # an echoed prompt comes with its logprobs
     if candidates_per_prompt(req) > (req.n or 1) and logprobs is None:
         logprobs = 0  # (best_of ranks by them)
-    try:
-        bias = {int(k): v for k, v in (req.logit_bias or {}).items()}
-    except ValueError:
-        raise OpenAIError("logit_bias keys must be token ids", param="logit_bias") from None
+    bias = logit_bias_ids(req.logit_bias)
     given = {
         k: v
         for k, v in dict(

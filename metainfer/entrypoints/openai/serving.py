@@ -5,6 +5,7 @@
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c001
 from __future__ import annotations
 import asyncio
+import logging
 import secrets
 import uuid
 from dataclasses import dataclass, replace
@@ -14,13 +15,23 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from ...engine.sequence import SamplingParams
 from ..chat_parsing import ChatOutputParser
-from .protocol import OpenAIError, SamplingRequest, parse_request
-from .sampling import candidates_per_prompt, sampling_params
+from metainfer.entrypoints.openai.protocol import (
+    OpenAIError,
+    OpenAIModel,
+    SamplingRequest,
+    parse_request,
+)
+from metainfer.entrypoints.openai.sampling import (
+    candidates_per_prompt,
+    check_supported,
+    sampling_params,
+)
+from .prompts import prompt_chars, prompt_count
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
 
 # %% auto #0
-__all__ = ['MAX_CHOICES', 'ServerState', 'server_state', 'check_api_key', 'read_body', 'check_model', 'Choice', 'abort_all',
-           'submit', 'add_choices']
+__all__ = ['MAX_CHOICES', 'ServerState', 'max_token_chars', 'server_state', 'check_api_key', 'read_body', 'read_request',
+           'check_request', 'check_model', 'Choice', 'abort_all', 'submit', 'add_choices']
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c004
 @dataclass
@@ -31,6 +42,13 @@ class ServerState:
     api_key: str | None = None
     max_body_bytes: int = 16 * 2**20
     reasoning_parser: str | None = None  # one of `REASONING_PARSERS`: chats get `reasoning_content`
+    trust_request_chat_template: bool = False  # vLLM's flag: may a request bring its own template?
+    max_prompt_chars: int | None = None  # longer text can't fit max_model_len (`max_token_chars`)
+
+
+def max_token_chars(tokenizer) -> int | None:
+    "The most characters one token of `tokenizer` stands for (`None` without a tokenizer)."
+    return None if tokenizer is None else max(map(len, tokenizer.get_vocab()), default=1)
 
 
 def server_state(request: Request) -> ServerState:
@@ -73,6 +91,40 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
+async def read_request(request: Request, cls: type[OpenAIModel]):
+    """`(server state, request)`: the body read (at most `max_body_bytes`) and validated off the
+    event loop, so a large bad body never stalls other clients."""
+    st = server_state(request)
+    body = await read_body(request, st.max_body_bytes)
+    return st, await run_in_threadpool(parse_request, cls, body)
+
+
+def check_request(st: ServerState, req) -> None:
+    """The cheap checks of a parsed request, before any tokenizing: no field asks for what the
+    server doesn't do, a chat template only from a trusting server, text that could fit."""
+    check_supported(req)
+    if not st.trust_request_chat_template:
+        kwargs = getattr(req, "chat_template_kwargs", None) or {}
+        for param, v in [
+            ("chat_template", getattr(req, "chat_template", None)),
+            ("chat_template_kwargs.chat_template", kwargs.get("chat_template")),
+        ]:
+            if v is not None:
+                raise OpenAIError(
+                    f"{param}: this server does not take a request's chat template (start it "
+                    "with --trust-request-chat-template to allow it)",
+                    code="unsupported_parameter",
+                    param=param,
+                )
+    if st.max_prompt_chars is not None and (n := prompt_chars(req)) > st.max_prompt_chars:
+        raise OpenAIError(
+            f"the prompt has {n} characters: more than {st.engine.max_model_len} tokens "
+            f"(this model's maximum context length) can hold",
+            code="context_length_exceeded",
+            param="prompt",
+        )
+
+
 def check_model(st: ServerState, model: str | None) -> str:
     "The served name a request asked for (default: the first); a 404 for any other."
     if model is None or model in st.model_names:
@@ -112,8 +164,7 @@ async def submit(
     """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model
     name, choices, request id)`. `parser_of(state, request, prompt ids)`: each choice's
     `ChatOutputParser`."""
-    st = server_state(request)
-    req = parse_request(cls, await read_body(request, st.max_body_bytes))
+    st, req = await read_request(request, cls)
     return (req, *await add_choices(st, req, prompts_of, prefix, parser_of))
 
 
@@ -122,19 +173,21 @@ async def add_choices(
 ):
     "`submit` for a parsed request: returns `(model name, choices, request id)`."
     model = check_model(st, req.model)
+    check_request(st, req)
+    n, n_prompts = candidates_per_prompt(req), prompt_count(req)
+    if n_prompts * n > MAX_CHOICES:  # (before tokenizing a million prompts)
+        raise OpenAIError(
+            f"{n_prompts} prompts x {n} completions each is more than {MAX_CHOICES} "
+            "completions a request",
+            param="n",
+        )
     try:
         prompts = await run_in_threadpool(prompts_of, req, st.tokenizer)
     except OpenAIError:
         raise
-    except Exception as e:
-        raise OpenAIError(f"could not tokenize the prompt: {e}", param="prompt") from None
-    n = candidates_per_prompt(req)
-    if len(prompts) * n > MAX_CHOICES:
-        raise OpenAIError(
-            f"{len(prompts)} prompts x {n} completions each is more than {MAX_CHOICES} "
-            "completions a request",
-            param="n",
-        )
+    except Exception as e:  # (logged; a client sees no Python error text)
+        logging.getLogger("metainfer").warning("could not tokenize a prompt", exc_info=e)
+        raise OpenAIError("could not tokenize the prompt", param="prompt") from None
     params = [
         sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts
     ]  # every prompt checked first

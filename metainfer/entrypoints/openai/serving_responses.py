@@ -11,14 +11,13 @@ from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from ...engine.outputs import RequestOutput
-from .protocol import ResponsesRequest, parse_request
+from .protocol import ResponsesRequest
 from .prompts import chat_prompt
 from .engine_loop import EngineError
 from .formatting import text_deltas
 from metainfer.entrypoints.openai.serving import (
     Choice,
-    read_body,
-    server_state,
+    read_request,
     add_choices,
 )
 from .streaming import final_outputs, event_stream
@@ -243,8 +242,7 @@ async def response_events(
 
 
 async def responses(request: Request):
-    st = server_state(request)
-    req = parse_request(ResponsesRequest, await read_body(request, st.max_body_bytes))
+    st, req = await read_request(request, ResponsesRequest)
     model, choices, rid = await add_choices(
         st, chat_request(req), chat_prompt, "resp", output_parser
     )

@@ -11,23 +11,22 @@ from metainfer.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     TokenizeRequest,
     DetokenizeRequest,
-    parse_request,
 )
 from .prompts import chat_prompt
-from .serving import server_state, read_body, check_model
+from .serving import read_request, check_model, check_request
 
 # %% auto #0
 __all__ = ['tokenize', 'detokenize']
 
 # %% ../../../nbs/entrypoints/openai/16j_serving_tokens.ipynb #7bd47453
 async def tokenize(request: Request):
-    st = server_state(request)
-    req = parse_request(TokenizeRequest, await read_body(request, st.max_body_bytes))
+    st, req = await read_request(request, TokenizeRequest)
     check_model(st, req.model)
     if (req.prompt is None) == (req.messages is None):
         raise OpenAIError("send either a prompt or messages", param="prompt")
     if st.tokenizer is None:
         raise OpenAIError("this model has no tokenizer", param="prompt")
+    check_request(st, req)  # (a template only if trusted; text no longer than can fit)
 
     def ids() -> list[int]:
         if req.prompt is not None:
@@ -39,6 +38,7 @@ async def tokenize(request: Request):
                     "messages",
                     "tools",
                     "chat_template_kwargs",
+                    "chat_template",
                     "add_generation_prompt",
                     "continue_final_message",
                 )
@@ -56,14 +56,13 @@ async def tokenize(request: Request):
 
 
 async def detokenize(request: Request):
-    st = server_state(request)
-    req = parse_request(DetokenizeRequest, await read_body(request, st.max_body_bytes))
+    st, req = await read_request(request, DetokenizeRequest)
     check_model(st, req.model)
     if st.tokenizer is None:
         raise OpenAIError("this model has no tokenizer", param="tokens")
-    if bad := [t for t in req.tokens if not 0 <= t < len(st.tokenizer)]:
+    vocab = st.engine.engine.model_config.vocab_size  # (the model's: it may pass the tokenizer's)
+    if (bad := next((t for t in req.tokens if not 0 <= t < vocab), None)) is not None:
         raise OpenAIError(
-            f"token id {bad[0]} is outside the vocabulary (0 to {len(st.tokenizer) - 1})",
-            param="tokens",
+            f"token id {bad} is outside the vocabulary (0 to {vocab - 1})", param="tokens"
         )
     return {"prompt": await run_in_threadpool(st.tokenizer.decode, req.tokens)}
