@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -18,7 +19,7 @@ from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ..chat_parsing import REASONING_PARSERS
 from .protocol import OpenAIError
-from .engine_loop import AsyncLLMEngine
+from .engine_loop import AsyncLLMEngine, EngineError
 from .serving import ServerState, check_api_key, max_token_chars
 from .serving_completion import completions
 from .serving_chat import chat_completions
@@ -27,7 +28,7 @@ from .serving_tokens import tokenize, detokenize
 from .serving_status import health, models, metrics, version
 
 # %% auto #0
-__all__ = ['http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'serve_main']
+__all__ = ['http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'engine_server', 'serve_main']
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #c053
 def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -91,6 +92,12 @@ def build_app(
     v1.add_api_route("/responses", responses, methods=["POST"])
     app.include_router(v1)
     app.add_exception_handler(OpenAIError, lambda request, e: e.response())
+    app.add_exception_handler(
+        EngineError,
+        lambda request, e: OpenAIError(
+            str(e), 503, "engine_unavailable", type="server_error"
+        ).response(),
+    )  # the engine died or the server is shutting down while the request ran
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(
         RequestValidationError,
@@ -157,6 +164,46 @@ class ServerThread:
         self.sock.close()
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #9ffbb1d0
+def engine_server(config, engine: AsyncLLMEngine, shutdown_timeout: float = 30):
+    """A `uvicorn.Server` tied to `engine`'s life: SIGTERM/SIGINT drain (new requests get a 503,
+    those in flight have `shutdown_timeout` seconds to finish, then end with an error; a second
+    signal stops at once) and exit 0; a dead engine stops it with `exit_code` 1."""
+    import uvicorn
+
+    log = logging.getLogger("metainfer")
+
+    class EngineServer(uvicorn.Server):
+        exit_code, drain_deadline, dead_since = 0, None, None
+
+        def handle_exit(self, sig, frame) -> None:  # not uvicorn's: no signal raised again after
+            if self.drain_deadline is not None:
+                self.should_exit = self.force_exit = True
+                return
+            log.warning(f"metainfer: draining for up to {shutdown_timeout:g} s (signal {sig})")
+            engine.draining = True
+            self.drain_deadline = time.monotonic() + shutdown_timeout
+
+        async def on_tick(self, counter: int) -> bool:
+            if await super().on_tick(counter):
+                return True
+            now = time.monotonic()
+            if engine.failure is not None or (not engine.is_alive and not engine.draining):
+                if self.dead_since is None:  # /health says 503 for a moment, then we exit
+                    log.error("metainfer: the engine died; the server exits")
+                    self.dead_since, self.exit_code = now, 1
+                return now - self.dead_since > 1
+            if self.drain_deadline is None:
+                return False
+            if not engine.is_idle and now < self.drain_deadline:
+                return False
+            if not engine.is_idle:
+                log.warning("metainfer: shutdown timeout: ending the requests still in flight")
+            engine.shutdown()  # the rest get an `EngineError`: a 503, or a stream's error event
+            return True
+
+    return EngineServer(config)
+
+
 def serve_main(args) -> None:
     "Run the OpenAI-compatible server in the foreground (the `metainfer serve` subcommand)."
     import uvicorn
@@ -185,10 +232,14 @@ def serve_main(args) -> None:
         flush=True,
     )
     config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)
+    server = engine_server(config, engine, args.shutdown_timeout)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn shut down gracefully, then re-raised the Ctrl-C
+        server.run(sockets=[sock])
     finally:
         engine.shutdown()
-    print("metainfer: server stopped", flush=True)
+        engine.engine.shutdown()  # the tensor-parallel workers exit
+    print(
+        f"metainfer: server stopped{' (the engine died)' if server.exit_code else ''}", flush=True
+    )
+    if server.exit_code:
+        sys.exit(server.exit_code)

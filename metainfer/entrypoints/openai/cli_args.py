@@ -48,6 +48,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "server's CPU, so only for trusted clients)",
     )
     p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30,
+        help="on SIGTERM/SIGINT, seconds the requests in flight get to finish (new ones: 503)",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     return add_engine_args(p)

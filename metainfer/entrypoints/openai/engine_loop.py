@@ -15,6 +15,7 @@ from fastcore.basics import patch
 from ...engine.llm_engine import LLMEngine
 from ...engine.outputs import RequestOutput
 from ...engine.sequence import SamplingParams
+from ...distributed.workers import WorkerDied
 
 # %% auto #0
 __all__ = ['ACCEPTED', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine']
@@ -56,8 +57,8 @@ class Abort:
 
 
 class EngineError(RuntimeError):
-    """The engine failed while running this request (the request is aborted, the server keeps
-    serving)."""
+    """The engine failed while running this request, or stopped (the request is aborted; a 503, or a
+    stream's last error event)."""
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c021
 ACCEPTED = object()
@@ -101,7 +102,9 @@ class AsyncLLMEngine:
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.streams: dict[str, RequestStream] = {}  # touched by the engine thread only
         self.counters = Counter()
-        self.dead = False
+        self.dead = False  # the thread has ended (stopped by `shutdown`, or failed)
+        self.failure: BaseException | None = None  # what killed it: the server should exit
+        self.draining = False  # shutting down: new requests are refused with an `EngineError`
         self._publish()
         self.thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
         self.thread.start()
@@ -122,6 +125,11 @@ class AsyncLLMEngine:
     def is_alive(self) -> bool:
         return self.thread.is_alive() and not self.dead
 
+    @property
+    def is_idle(self) -> bool:
+        "No request in the engine or on its way in (read from any thread)."
+        return not self.streams and self.commands.empty()
+
     def shutdown(self) -> None:
         "Stop the engine thread (requests in flight get an `EngineError`)."
         self.commands.put(None)
@@ -139,8 +147,10 @@ async def add_request(
     it didn't)."""
     stream = RequestStream(request_id, self)
     self.commands.put(Add(request_id, prompt, params, stream))
-    if self.dead:
-        raise EngineError("the engine has stopped")
+    if self.dead or self.draining:
+        raise EngineError(
+            "the server is shutting down" if self.draining else "the engine has stopped"
+        )
     try:
         first = await stream.queue.get()
     except asyncio.CancelledError:
@@ -156,7 +166,7 @@ async def add_request(
 def _run(self: AsyncLLMEngine) -> None:
     try:
         while True:
-            cmds = [self.commands.get()] if not self.engine.has_unfinished_requests() else []
+            cmds = [self._next_command()] if not self.engine.has_unfinished_requests() else []
             cmds += _drain(self.commands)
             if any(c is None for c in cmds):
                 return
@@ -166,17 +176,27 @@ def _run(self: AsyncLLMEngine) -> None:
                 self._step()
             else:
                 self._publish()
-    except BaseException:
+    except BaseException as e:
+        self.failure = e
         logging.getLogger("metainfer").exception("the engine thread died")
     finally:
         self.dead = True
-        items = [(s, EngineError("the engine has stopped")) for s in self.streams.values()]
-        items += [
-            (c.stream, EngineError("the engine has stopped"))
-            for c in _drain(self.commands)
-            if isinstance(c, Add)
-        ]
+        why = "the server is shutting down" if self.draining else "the engine has stopped"
+        why += f": {self.failure}" if self.failure else ""
+        items = [(s, EngineError(why)) for s in self.streams.values()]
+        items += [(c.stream, EngineError(why)) for c in _drain(self.commands) if isinstance(c, Add)]
         _deliver(items)
+
+
+@patch
+def _next_command(self: AsyncLLMEngine):
+    "Wait for a command; meanwhile notice a tensor-parallel worker that died while idle."
+    while True:
+        try:
+            return self.commands.get(timeout=0.5)
+        except queue.Empty:
+            if (workers := getattr(self.engine, "workers", None)) is not None:
+                workers.raise_if_dead()
 
 
 def _drain(q: queue.SimpleQueue) -> list:
@@ -198,16 +218,8 @@ def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
     try:
         self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params)
     except Exception as e:
-        _deliver(
-            [
-                (
-                    cmd.stream,
-                    e
-                    if isinstance(e, ValueError)
-                    else EngineError(f"could not add the request: {e}"),
-                )
-            ]
-        )
+        err = e if isinstance(e, ValueError) else EngineError(f"could not add the request: {e}")
+        _deliver([(cmd.stream, err)])
         return
     self.streams[cmd.request_id] = cmd.stream
     self.counters["prompt_tokens"] += len(cmd.prompt)
@@ -219,6 +231,8 @@ def _step(self: AsyncLLMEngine) -> None:
     try:
         outs = self.engine.step()
     except Exception as e:
+        if isinstance(e, WorkerDied):
+            raise  # the engine cannot go on: the thread ends, the server exits
         logging.getLogger("metainfer").exception(
             "engine step failed; aborting the requests in flight"
         )

@@ -74,8 +74,11 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 # %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #45ddc5b7
 async def health(request: Request):
-    if not server_state(request).engine.is_alive:
-        raise OpenAIError("the engine has stopped", 503, "engine_unavailable", type="server_error")
+    "200 while the engine serves; 503 once it has died or the server is shutting down."
+    engine = server_state(request).engine
+    if engine.draining or not engine.is_alive:
+        msg = "the server is shutting down" if engine.draining else "the engine has stopped"
+        raise OpenAIError(msg, 503, "engine_unavailable", type="server_error")
     return {"status": "ok"}
 
 

@@ -145,7 +145,7 @@ async def stream_events(
                 head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)}
             )
     except EngineError as e:
-        yield sse(OpenAIError(str(e), 500, "engine_error", type="server_error").body())
+        yield sse(OpenAIError(str(e), 503, "engine_unavailable", type="server_error").body())
     finally:
         abort_all(choices)
     yield sse("[DONE]")
