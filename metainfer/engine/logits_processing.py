@@ -9,11 +9,11 @@ import torch
 from torch import Tensor
 from ..layers.attention import to_device
 from .sampler import token_logprobs, apply_penalties
-from .sequence import SamplingParams
+from .sequence import SamplingParams, Sequence
 from .scheduler import ScheduledBatch
 
 # %% auto #0
-__all__ = ['SCORE_CHUNK', 'sampling_tensors', 'step_logprobs', 'score_rows', 'adjusted_logits', 'LaunchedStep']
+__all__ = ['SCORE_CHUNK', 'sampling_tensors', 'step_logprobs', 'score_rows', 'LogitsState', 'adjusted_logits', 'LaunchedStep']
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c004
 def sampling_tensors(batch: ScheduledBatch, device: torch.device):
@@ -79,6 +79,40 @@ def score_rows(
     return tuple(torch.cat(x) for x in zip(*parts))
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c010
+class LogitsState:
+    """One sequence's logits adjustments as tensors on the runner's device, built once (at its first
+    adjusted step): its logit bias, the ids `min_tokens` holds back, its prompt tokens and the
+    counts of its completion's tokens, which each step adds only its new tokens to."""
+
+    def __init__(self, seq: Sequence, V: int, device: torch.device, eos: tuple[int, ...] = ()):
+        p, t = seq.params, lambda xs, dtype=torch.long: to_device(list(xs), device, dtype)
+        self.bias = (
+            (t(p.logit_bias), t(p.logit_bias.values(), torch.float32)) if p.logit_bias else None
+        )
+        held = {*p.stop_token_ids, *(() if p.ignore_eos else eos)}
+        self.held = t(sorted(held)) if p.min_tokens and held else None
+        self.prompt = self.counts = None
+        self.counted = 0  # completion tokens in `counts` (a token in flight too, from the device)
+        if p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1:
+            self.prompt = torch.zeros(V, dtype=torch.bool, device=device)
+            self.prompt[t(seq.token_ids[: seq.num_prompt_tokens])] = True
+            self.counts = torch.zeros(V, device=device)
+
+    def count(self, seq: Sequence, last_token_ids: Tensor | None, last_row: int | None) -> None:
+        "Add the completion tokens not counted yet: those read back, then the one in flight."
+        known = seq.num_known - seq.num_prompt_tokens
+        if self.counted < known:
+            new = seq.token_ids[seq.num_prompt_tokens + self.counted : seq.num_known]
+            ids = to_device(new, self.counts.device, torch.long)
+            self.counts.index_put_((ids,), torch.ones(len(new), device=ids.device), accumulate=True)
+            self.counted = known
+        if self.counted < known + seq.num_pending:
+            assert seq.num_pending == 1, "one step in flight at most"
+            ids = last_token_ids[last_row : last_row + 1]
+            self.counts.index_put_((ids,), torch.ones(1, device=ids.device), accumulate=True)
+            self.counted += 1
+
+
 def adjusted_logits(
     batch: ScheduledBatch,  # one row of `logits` per sequence
     logits: Tensor,
@@ -88,67 +122,34 @@ def adjusted_logits(
         int, ...
     ] = (),  # the engine's end-of-sequence ids (held back by min_tokens)
 ) -> Tensor:
-    "A float32 copy of `logits` with each asking row's logit bias, `min_tokens` and penalties."
+    """A float32 copy of `logits` with each asking row's logit bias, `min_tokens` and penalties: a
+    few tensor operations per row, whatever the size of its request's fields."""
     rows = [i for i, s in enumerate(batch.seqs) if s.params.adjusts_logits]
     seqs, V, dev = [batch.seqs[i] for i in rows], logits.shape[-1], logits.device
     t = lambda xs, dtype=torch.long: to_device(xs, dev, dtype)
     x, at = logits.to(torch.float32, copy=True), t(rows)
     sub = x[at]
-    if bias := [(j, tok, b) for j, s in enumerate(seqs) for tok, b in s.params.logit_bias.items()]:
-        j, tok, b = zip(*bias)
-        sub.index_put_((t(j), t(tok)), t(b, torch.float32), accumulate=True)
-    if early := [
-        (j, tok)
-        for j, s in enumerate(seqs)
-        if len(s.token_ids) - s.num_prompt_tokens < s.params.min_tokens
-        for tok in (*s.params.stop_token_ids, *(() if s.params.ignore_eos else stop_token_ids))
-    ]:
-        j, tok = zip(*early)
-        sub[t(j), t(tok)] = float("-inf")
-    pen = [
-        j
-        for j, s in enumerate(seqs)
-        if s.params.presence_penalty
-        or s.params.frequency_penalty
-        or s.params.repetition_penalty != 1
-    ]
+    for s in seqs:
+        if s.logits_state is None:
+            s.logits_state = LogitsState(s, V, dev, stop_token_ids)
+    pen = []
+    for j, s in enumerate(seqs):
+        st = s.logits_state
+        if st.bias is not None:
+            sub[j].index_add_(0, *st.bias)
+        if st.held is not None and len(s.token_ids) - s.num_prompt_tokens < s.params.min_tokens:
+            sub[j].index_fill_(0, st.held, float("-inf"))
+        if st.counts is not None:
+            st.count(s, last_token_ids, last_rows.get(s.seq_id))
+            pen.append(j)
     if pen:
-        counts = torch.zeros(len(pen), V, device=dev)
-        prompt = torch.zeros(len(pen), V, dtype=torch.bool, device=dev)
-        seen = [
-            (i, tok)
-            for i, j in enumerate(pen)
-            for tok in seqs[j].token_ids[seqs[j].num_prompt_tokens : seqs[j].num_known]
-        ]
-        if seen:
-            counts.index_put_(
-                tuple(map(t, zip(*seen))), torch.ones(len(seen), device=dev), accumulate=True
-            )
-        if pending := [
-            (i, last_rows[seqs[j].seq_id]) for i, j in enumerate(pen) if seqs[j].num_pending
-        ]:
-            assert all(seqs[j].num_pending <= 1 for j in pen), "one step in flight at most"
-            i, last = map(t, zip(*pending))
-            counts.index_put_(
-                (i, last_token_ids[last]),
-                torch.ones(len(pending), device=dev),
-                accumulate=True,
-            )
-        i, tok = zip(
-            *[
-                (i, tok)
-                for i, j in enumerate(pen)
-                for tok in seqs[j].token_ids[: seqs[j].num_prompt_tokens]
-            ]
-        )
-        prompt[t(i), t(tok)] = True
-        ps = [seqs[j].params for j in pen]
+        ps, sts = [seqs[j].params for j in pen], [seqs[j].logits_state for j in pen]
         f = lambda name: t([getattr(p, name) for p in ps], torch.float32)
         pen_at = t(pen)
         sub[pen_at] = apply_penalties(
             sub[pen_at],
-            prompt,
-            counts,
+            torch.stack([st.prompt for st in sts]),
+            torch.stack([st.counts for st in sts]),
             f("presence_penalty"),
             f("frequency_penalty"),
             f("repetition_penalty"),

@@ -10,7 +10,7 @@ from fastcore.basics import patch
 from .sequence import Sequence
 
 # %% auto #0
-__all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'Request', 'logprob_entry']
+__all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'StopStrings', 'Request', 'logprob_entry']
 
 # %% ../../nbs/engine/13c_outputs.ipynb #c004
 @dataclass
@@ -70,6 +70,27 @@ class IncrementalDetokenizer:
         return new
 
 # %% ../../nbs/engine/13c_outputs.ipynb #c009
+class StopStrings:
+    """A request's stop strings, found in new text at a cost per new character (not per stop
+    string): each end position is checked only for the lengths of the stop strings ending in its
+    character."""
+
+    def __init__(self, stop: list[str]):
+        self.stop, self.lengths = set(stop), {}
+        for s in self.stop:
+            self.lengths.setdefault(s[-1], set()).add(len(s))
+
+    def find(self, text: str, new_from: int) -> tuple[int, str] | None:
+        "The first (start, stop string) of a stop string that ends after `text[:new_from]`."
+        hits = (
+            (e - n, text[e - n : e])
+            for e in range(new_from + 1, len(text) + 1)
+            for n in self.lengths.get(text[e - 1], ())
+            if n <= e and text[e - n : e] in self.stop
+        )
+        return min(hits, default=None)
+
+
 @dataclass
 class Request:
     "A request while the engine runs it: its sequence, the text so far and the logprobs asked for."
@@ -83,6 +104,7 @@ class Request:
     )
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it
     searched: int = 0  # the text's length when stop strings were last looked for
+    stops: StopStrings | None = None  # built at the first search
     logprobs: list[dict[int, Logprob]] | None = None  # one dict per new token, if the request asks
     cumulative_logprob: float = 0.0
     prompt_logprobs: list[dict[int, Logprob] | None] | None = (
@@ -101,7 +123,7 @@ class Request:
         t = seq.completion_token_ids[-1] if seq.completion_token_ids else None
         if not (seq.is_finished and seq.finish_reason == "stop"):
             return None
-        return t if t in p.stop_token_ids or (t in eos_token_ids and not p.ignore_eos) else None
+        return t if t in p.stop_token_set or (t in eos_token_ids and not p.ignore_eos) else None
 
 # %% ../../nbs/engine/13c_outputs.ipynb #le02
 def logprob_entry(
@@ -129,7 +151,7 @@ def output(
     "The request's output so far, its text cut at the first stop string."
     seq, text, p = self.seq, "", self.seq.params
     stop_token = self.stop_token(eos_token_ids) if self.stop_reason is None else None
-    if stop_token is not None and stop_token in p.stop_token_ids:
+    if stop_token is not None and stop_token in p.stop_token_set:
         self.stop_reason = stop_token  # (vLLM's: not for EOS)
     if self.detok is not None and self.reports:
         ids = seq.completion_token_ids  # a stop token's text is left out, as a stop string is
@@ -142,10 +164,8 @@ def output(
         new_from, self.searched = self.searched, len(text)
         hit = None
         if p.stop and len(ids) > p.min_tokens:
-            hit = min(
-                ((i, s) for s in p.stop if (i := text.find(s, max(0, new_from - len(s) + 1))) >= 0),
-                default=None,
-            )
+            self.stops = self.stops or StopStrings(p.stop)
+            hit = self.stops.find(text, new_from)
         if hit is not None:
             end = hit[0] + (len(hit[1]) if p.include_stop_str_in_output else 0)
             text = self.detok.text = text[:end]

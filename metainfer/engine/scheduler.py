@@ -105,7 +105,7 @@ def _reaches_length_limit(self: Scheduler, seq: Sequence) -> bool:
 def _preempt(self: Scheduler, seq: Sequence) -> None:
     "Free `seq`'s blocks and queue it first for recomputation."
     self.bm.deallocate(seq)
-    seq.status = SequenceStatus.WAITING
+    seq.status, seq.logits_state = SequenceStatus.WAITING, None
     self.waiting.appendleft(seq)
     self.num_preemptions += 1
 
@@ -126,7 +126,7 @@ def finish_reason(self: Scheduler, seq: Sequence, token_id: int) -> str | None:
     p, known = seq.params, seq.num_known
     if known - seq.num_prompt_tokens >= p.max_tokens or known >= self.max_model_len:
         return "length"  # (first, as vLLM)
-    if (token_id in self.eos_token_ids and not p.ignore_eos) or token_id in p.stop_token_ids:
+    if (token_id in self.eos_token_ids and not p.ignore_eos) or token_id in p.stop_token_set:
         return "stop"
     return None
 
@@ -139,6 +139,7 @@ def finish(self: Scheduler, seq: Sequence, reason: str) -> None:
     if seq.status == SequenceStatus.RUNNING:
         self.bm.deallocate(seq)
     seq.status, seq.finish_reason = SequenceStatus.FINISHED, reason
+    seq.logits_state = None  # its tensors on the runner's device go with it
 
 
 @patch

@@ -51,6 +51,9 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids)
+        # looked up for every new token: a set, not the list (400k ids cost 35 s a request)
+        self.stop_token_set = frozenset(self.stop_token_ids)
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if not self.temperature >= 0:
@@ -139,6 +142,8 @@ class Sequence:
         self.finish_reason: str | None = None
         self.generator = None  # the runner's random generator for a seeded request
         self.num_pending = 0  # trailing PENDING tokens: launched steps' outputs not read back yet
+        # the runner's `LogitsState` (built at its first adjusted step; gone on finish/preemption)
+        self.logits_state = None
         # until its first prefill is launched
         self.prompt_logprobs_due = params.prompt_logprobs is not None
 
