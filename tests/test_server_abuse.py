@@ -158,8 +158,8 @@ def test_bad_bodies_do_not_stall_other_clients(http, tmp_path):
         attacker.wait(10)
     p90 = sorted(health)[int(0.9 * len(health))]
     print(f"idle {idle:.3f} s, busy {busy:.3f} s, /health p90 {p90:.3f} s, max {max(health):.3f} s")
-    # under 100 ms (at the 90th percentile: on 2 shared cores one probe can meet a scheduler hiccup),
-    # and never a stall
+    # under 100 ms at the 90th percentile (on 2 shared cores one probe can meet a scheduler
+    # hiccup), and never a stall
     assert p90 < 0.1 and max(health) < 0.5, health
     assert busy <= 2 * idle, (busy, idle)
 
