@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['ARCHITECTURES', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
-           'EngineConfig', 'add_engine_args', 'engine_config']
+__all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_family',
+           'ModelConfig', 'load_model_config', 'arg', 'EngineConfig', 'token_budget', 'add_engine_args',
+           'engine_config']
 
 # %% ../nbs/01_config.ipynb #c005
 ARCHITECTURES: dict[str, str] = {
@@ -106,6 +107,8 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(path.read_text()))
 
 # %% ../nbs/01_config.ipynb #c017
+# tokens a step computes unless told: vLLM's defaults on large GPUs
+SERVE_TOKEN_BUDGET, OFFLINE_TOKEN_BUDGET = 8192, 16384
 KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")  # element-wise, MoE and MLA kernels
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
 
@@ -137,8 +140,12 @@ class EngineConfig:
     kv_cache_memory_gb: float = arg(1.0, "CPU: KV budget when --num-kv-blocks is not given")
     gpu_memory_utilization: float = arg(0.9, "share of GPU memory the engine may use")
     max_num_seqs: int = arg(256, "sequences in one decode batch")
-    max_num_batched_tokens: int = arg(
-        8192, "tokens in one prefill batch (raised to max_model_len if smaller)"
+    max_num_batched_tokens: int | None = arg(
+        None,
+        "tokens one step computes (default: 8192 served, 16384 offline, as vLLM on large GPUs)",
+    )
+    enable_chunked_prefill: bool = arg(
+        True, "split prompts over steps (off: a prompt runs whole; the budget >= max_model_len)"
     )
     max_model_len: int | None = arg(
         None, "prompt + completion (default: the config's max_position_embeddings)"
@@ -172,6 +179,14 @@ class EngineConfig:
             raise ValueError(f"unknown dtype {self.dtype!r}")
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens must be >= 1")
+
+
+def token_budget(config: EngineConfig, max_model_len: int) -> int:
+    "The tokens one step computes: the configured budget; without chunking, a whole prompt's."
+    budget = config.max_num_batched_tokens or SERVE_TOKEN_BUDGET
+    return budget if config.enable_chunked_prefill else max(budget, max_model_len)
 
 # %% ../nbs/01_config.ipynb #9cb2ef52
 def _flag_type(annotation: str) -> type:

@@ -88,7 +88,7 @@ def decode_host(batch: int = 256, steps: int = 100) -> dict:
     tokens = torch.zeros(batch, dtype=torch.long)
 
     def launch(b):  # no model from here on: the step is prepared, fixed ids come back
-        runner.prepare_decode(b)
+        runner.prepare(b)
         runner.last_token_ids, runner.last_rows = (
             tokens[: len(b.seqs)],
             {s.seq_id: i for i, s in enumerate(b.seqs)},
@@ -100,7 +100,7 @@ def decode_host(batch: int = 256, steps: int = 100) -> dict:
     for _ in range(steps):
         engine.step()
     engine_us = (time.perf_counter() - start) / steps * 1e6
-    step = runner.prepare_decode(engine.scheduler.schedule())
+    step = runner.prepare(engine.scheduler.schedule())
     g = DecodeGraphs.__new__(DecodeGraphs)  # staging only: the graph is faked
     g.block_size, g.null_block, g.buckets = runner.block_size, runner.null_block, [batch]
     g._allocate_buffers(batch, -(-runner.max_model_len // runner.block_size), torch.device("cpu"))

@@ -44,13 +44,13 @@ def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> Top1:
     seqs = [Sequence(p, SamplingParams(temperature=0), engine.config.block_size) for p in prompts]
     for s in seqs:
         bm.allocate(s)
-    logits = runner.logits(runner.prepare_prefill(ScheduledBatch(seqs, True)))[0]
+    logits = runner.logits(runner.prepare(ScheduledBatch.prefill(seqs)))[0]
     preds, gaps = ([[x] for x in xs] for xs in top1_and_gap(logits))
     for t in range(len(forced[0]) - 1):
         for s, f in zip(seqs, forced):
             s.append(f[t])
             bm.may_append(s)
-        logits = runner.logits(runner.prepare_decode(ScheduledBatch(seqs, False)))[0]
+        logits = runner.logits(runner.prepare(ScheduledBatch.decode(seqs)))[0]
         for p, g, x, y in zip(preds, gaps, *top1_and_gap(logits)):
             p.append(x)
             g.append(y)

@@ -79,7 +79,8 @@ def can_allocate(self: BlockManager, seq: Sequence) -> bool:
 
 @patch
 def allocate(self: BlockManager, seq: Sequence) -> None:
-    "Give `seq` its block table, sharing cached prefix blocks."
+    """Give `seq` its block table, sharing cached prefix blocks; its new blocks join the cache once
+    computed (`cache_computed`)."""
     assert not seq.block_table, f"sequence {seq.seq_id} already has blocks"
     # (hits would skip prompt logits)
     h, hitting = None, self.enable_prefix_caching and not seq.prompt_logprobs_due
@@ -100,9 +101,17 @@ def allocate(self: BlockManager, seq: Sequence) -> None:
         else:
             hitting = False
             block = self._take()
-            if full:
-                self._register(block, h, ids)
         seq.block_table.append(block.block_id)
+    seq.num_computed_tokens = seq.num_cached_tokens
+
+
+@patch
+def cache_computed(self: BlockManager, seq: Sequence, start: int, end: int) -> None:
+    """Tokens `[start, end)` of `seq` are being computed: its blocks they fill join the prefix
+    cache (a later step that hits them runs after this one)."""
+    for i in range(start // self.block_size, end // self.block_size):
+        if self.blocks[seq.block_table[i]].hash is None:
+            self.register_block(seq, i)
 
 
 @patch
@@ -114,7 +123,7 @@ def deallocate(self: BlockManager, seq: Sequence) -> None:
         block.ref_count -= 1
         if block.ref_count == 0:
             self.free[bid] = None
-    seq.block_table, seq.num_cached_tokens = [], 0
+    seq.block_table, seq.num_cached_tokens, seq.num_computed_tokens = [], 0, 0
 
 
 @patch

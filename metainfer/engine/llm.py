@@ -8,7 +8,7 @@ from dataclasses import replace
 from itertools import count
 from typing import Iterator
 from tqdm.auto import tqdm
-from ..config import EngineConfig
+from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
 from .sequence import SamplingParams
 from .outputs import CompletionOutput, RequestOutput
 from .llm_engine import LLMEngine
@@ -56,6 +56,8 @@ class LLM:
         device: str = "auto",
         **kwargs,
     ):
+        if kwargs.get("max_num_batched_tokens") is None:  # offline: larger steps, as vLLM's
+            kwargs["max_num_batched_tokens"] = OFFLINE_TOKEN_BUDGET
         self.engine = LLMEngine(
             EngineConfig(
                 str(model),

@@ -49,9 +49,10 @@ class LLMEngine:
         self.scheduler = Scheduler(
             self.block_manager,
             config.max_num_seqs,
-            max(config.max_num_batched_tokens, self.max_model_len),
+            self.runner.token_budget,
             self.max_model_len,
             self._eos_ids(),
+            config.enable_chunked_prefill,
         )
         self.runner.stop_token_ids = self._eos_ids()
         self.requests: dict[str, Request] = {}
@@ -59,10 +60,9 @@ class LLMEngine:
         self._by_seq: dict[int, Request] = {}
         self.in_flight: LaunchedStep | None = None  # async scheduling: the step not read back yet
         self._last_read = 0.0
-        # by kind of step: steps launched, time from launch to read-back (overlaps counted once),
-        # prompt tokens computed (prefill) and new tokens kept (decode)
-        self.stats = {"prefill_steps": 0, "prefill_s": 0.0, "prefill_tokens": 0}
-        self.stats |= {"decode_steps": 0, "decode_s": 0.0, "decode_tokens": 0}
+        # steps launched, their time from launch to read-back (overlaps counted once), prompt tokens
+        # computed (cache hits not counted; recomputations counted again) and tokens generated
+        self.stats = {"steps": 0, "step_s": 0.0, "prefill_tokens": 0, "generated_tokens": 0}
 
     @classmethod
     def from_engine_args(cls, model: str, **kwargs) -> LLMEngine:
@@ -210,9 +210,8 @@ def _launch(self: LLMEngine, batch: ScheduledBatch) -> LaunchedStep:
     "Queue `batch` on every rank; its sequences wait for their new tokens."
     with self._naming_dead_workers():
         launched = self.runner.launch(batch)
-    self.stats["prefill_steps" if batch.is_prefill else "decode_steps"] += 1
-    if batch.is_prefill:
-        self.stats["prefill_tokens"] += sum(len(s) - s.num_cached_tokens for s in batch.seqs)
+    self.stats["steps"] += 1
+    self.stats["prefill_tokens"] += batch.num_prefill_tokens
     self.scheduler.launched(batch)
     return launched
 
@@ -223,29 +222,27 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     with self._naming_dead_workers():
         token_ids = launched.token_ids()
     now = time.perf_counter()
-    self.stats["prefill_s" if launched.batch.is_prefill else "decode_s"] += now - max(
-        launched.started, self._last_read
-    )
+    self.stats["step_s"] += now - max(launched.started, self._last_read)
     self._last_read = now
-    kept = self.scheduler.postprocess(launched.batch, token_ids)
-    if not launched.batch.is_prefill:
-        self.stats["decode_tokens"] += kept
+    batch = launched.batch
+    self.stats["generated_tokens"] += self.scheduler.postprocess(batch, token_ids)
     # (a request that ended before this step is gone, and so is its token)
     for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
-        if (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:
+        if (r := self._by_seq.get(batch.sampling[row].seq_id)) is not None:
             k = r.seq.params.logprobs
             r.logprobs.append(
                 logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, k, self._token_text)
             )
             r.cumulative_logprob += lp
     for row, scored in launched.prompt_logprobs().items():
-        if (r := self._by_seq.get(launched.batch.seqs[row].seq_id)) is not None:
-            prompt, k = r.seq.token_ids[: r.seq.num_prompt_tokens], r.seq.params.prompt_logprobs
-            r.prompt_logprobs = [None] + [
-                logprob_entry(t, *s, k, self._token_text) for t, s in zip(prompt[1:], scored)
-            ]
+        if (r := self._by_seq.get(batch.seqs[row].seq_id)) is not None:
+            seq, start, k = r.seq, batch.starts[row], r.seq.params.prompt_logprobs
+            if r.prompt_logprobs is None:
+                r.prompt_logprobs = [None] * seq.num_prompt_tokens
+            for j, s in enumerate(scored, start + 1):  # this chunk's tokens (again if recomputed)
+                r.prompt_logprobs[j] = logprob_entry(seq.token_ids[j], *s, k, self._token_text)
     # not aborted or done
-    reqs = [r for s in launched.batch.seqs if (r := self._by_seq.get(s.seq_id)) is not None]
+    reqs = [r for s in batch.sampling if (r := self._by_seq.get(s.seq_id)) is not None]
     eos, finish = self.scheduler.eos_token_ids, self.scheduler.finish
     outputs = [r.output(eos, finish) for r in reqs if r.reports]
     for o in outputs:
@@ -272,9 +269,7 @@ def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
         for seq in batch.seqs:
             if (req := self._by_seq.get(seq.seq_id)) is None:
                 continue
-            self.block_manager.forget_from(
-                seq, seq.num_cached_tokens if batch.is_prefill else seq.num_known - 1
-            )
+            self.block_manager.forget_from(seq, batch.starts[batch.seqs.index(seq)])
             self.abort_request(req.request_id)
 
 

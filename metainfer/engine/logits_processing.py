@@ -16,10 +16,10 @@ from .scheduler import ScheduledBatch
 __all__ = ['SCORE_CHUNK', 'sampling_tensors', 'step_logprobs', 'score_rows', 'LogitsState', 'adjusted_logits', 'LaunchedStep']
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c004
-def sampling_tensors(batch: ScheduledBatch, device: torch.device):
+def sampling_tensors(seqs: list[Sequence], device: torch.device):
     "Per-row temperature, top-k, top-p and generators for `sample`."
-    ps = [s.params for s in batch.seqs]
-    for s in batch.seqs:
+    ps = [s.params for s in seqs]
+    for s in seqs:
         if s.params.seed is not None and s.generator is None:
             s.generator = torch.Generator(device).manual_seed(s.params.seed)
     t = lambda xs, dtype: to_device(xs, device, dtype)
@@ -27,7 +27,7 @@ def sampling_tensors(batch: ScheduledBatch, device: torch.device):
         t([p.temperature for p in ps], torch.float),
         t([p.top_k for p in ps], torch.long),
         t([p.top_p for p in ps], torch.float),
-        [s.generator for s in batch.seqs],
+        [s.generator for s in seqs],
     )
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c007
@@ -114,7 +114,7 @@ class LogitsState:
 
 
 def adjusted_logits(
-    batch: ScheduledBatch,  # one row of `logits` per sequence
+    sampling: list[Sequence],  # one row of `logits` per sequence
     logits: Tensor,
     last_token_ids: Tensor | None,  # the last launched step's sampled ids
     last_rows: dict[int, int],  # the row of each sequence in `last_token_ids`
@@ -124,8 +124,8 @@ def adjusted_logits(
 ) -> Tensor:
     """A float32 copy of `logits` with each asking row's logit bias, `min_tokens` and penalties: a
     few tensor operations per row, whatever the size of its request's fields."""
-    rows = [i for i, s in enumerate(batch.seqs) if s.params.adjusts_logits]
-    seqs, V, dev = [batch.seqs[i] for i in rows], logits.shape[-1], logits.device
+    rows = [i for i, s in enumerate(sampling) if s.params.adjusts_logits]
+    seqs, V, dev = [sampling[i] for i in rows], logits.shape[-1], logits.device
     t = lambda xs, dtype=torch.long: to_device(xs, dev, dtype)
     x, at = logits.to(torch.float32, copy=True), t(rows)
     sub = x[at]
@@ -191,21 +191,22 @@ class LaunchedStep:
             self.host = tensors
 
     def token_ids(self) -> list[int]:
-        "Each sequence's new token id (waits for the step to finish)."
+        "Each sampling sequence's new token id (waits for the step to finish)."
         if self.ready is not None:
             self.ready.synchronize()
         return self.host[0].tolist()
 
     def logprobs(self) -> dict[int, tuple[float, int, list[float], list[int]]]:
-        """Row -> (its token's logprob, rank, the likeliest tokens' logprobs, ids), for the rows
-        that asked."""
+        """Row of `batch.sampling` -> (its token's logprob, rank, the likeliest tokens' logprobs,
+        ids), for the rows that asked."""
         if not self.logprob_rows:
             return {}
         lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[1:5])
         return {r: (lp[i], rank[i], top_lp[i], top_ids[i]) for i, r in enumerate(self.logprob_rows)}
 
     def prompt_logprobs(self) -> dict[int, list[tuple[float, int, list[float], list[int]]]]:
-        "Row -> one `logprobs` tuple per prompt token after the first, for the rows that asked."
+        """Row of `batch.seqs` -> one `logprobs` tuple per prompt token this step scored, for
+        the rows that asked."""
         if not self.prompt_logprob_rows:
             return {}
         lp, rank, top_lp, top_ids = (t.tolist() for t in self.host[-4:])

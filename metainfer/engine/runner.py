@@ -11,17 +11,18 @@ from contextlib import contextmanager
 import torch
 from torch import nn, Tensor
 from fastcore.basics import patch
-from ..config import EngineConfig, ModelConfig
+from ..config import EngineConfig, ModelConfig, token_budget
 from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
 from ..layers.attention import KVPool, make_metadata, to_device
 from ..models.loader import load_weights
 from .sampler import sample
 from .scheduler import ScheduledBatch
-from .step_input import StepInput, prefill_input, decode_input, fill_pending
+from .step_input import StepInput, step_input, fill_pending
 from .logits_processing import LaunchedStep, adjusted_logits, score_rows
 from .logits_processing import sampling_tensors, step_logprobs
 from .cuda_graphs import DecodeGraphs
+from .profile_run import kv_block_budget, profile_memory, warm_up
 
 log = logging.getLogger("metainfer")
 
@@ -36,7 +37,7 @@ def show_startup_log() -> None:
 
 # %% auto #0
 __all__ = ['log', 'MODEL_CLASSES', 'show_startup_log', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype',
-           'kv_block_budget', 'ModelRunner']
+           'ModelRunner']
 
 # %% ../../nbs/engine/13_runner.ipynb #c004
 MODEL_CLASSES: dict[str, str] = {
@@ -86,21 +87,6 @@ def default_dtype(dtype: torch.dtype):
     finally:
         torch.set_default_dtype(old)
 
-# %% ../../nbs/engine/13_runner.ipynb #c013
-def kv_block_budget(
-    config: EngineConfig, bytes_per_block: int, max_model_len: int, device: torch.device
-) -> int:
-    "How many KV blocks to allocate."
-    if config.num_kv_blocks is not None:
-        return config.num_kv_blocks
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        budget = free - total * (1 - config.gpu_memory_utilization)
-    else:
-        budget = config.kv_cache_memory_gb * 2**30
-    useful = config.max_num_seqs * -(-max_model_len // config.block_size)
-    return max(0, min(int(budget // bytes_per_block), useful))
-
 # %% ../../nbs/engine/13_runner.ipynb #c015
 class ModelRunner:
     "Owns the model and KV pool of one rank and runs scheduled batches."
@@ -132,22 +118,40 @@ class ModelRunner:
             f"rank {self.tp.rank}: {self.weight_bytes / 2**30:.2f} GiB of weights on {self.device} "
             f"({self.dtype}, kernels: {self.kernel_backend})"
         )
-        self._allocate_kv_pool(max_model_len)
+        self.token_budget = token_budget(config, max_model_len)
+        on_gpu = self.device.type == "cuda"
+        graph_batch = min(config.max_num_seqs, 512) if on_gpu and not config.enforce_eager else 0
         self.graphs = None
         # rank 0: the last launched step's sampled ids, and each sequence's row in them
         self.last_token_ids, self.last_rows = None, {}
         # the engine's EOS ids, that `min_tokens` holds back
         self.stop_token_ids: tuple[int, ...] = ()
-        if self.device.type == "cuda" and not config.enforce_eager:
-            self.graphs = DecodeGraphs(self, min(config.max_num_seqs, 512))
+        self._allocate_kv_pool(max_model_len, graph_batch)
+        if graph_batch:
+            self.graphs = DecodeGraphs(self, graph_batch)
+        if on_gpu:
+            log.info(f"rank {self.tp.rank}: warm-up (every kind of step) {warm_up(self):.1f} s")
 
-    def _allocate_kv_pool(self, max_model_len: int) -> None:
+    def _allocate_kv_pool(self, max_model_len: int, graph_batch: int) -> None:
         layers = self.model.attention_layers()
         a = layers[0]
         per_block = KVPool.bytes_per_block(
             len(layers), self.block_size, a.num_kv_heads, a.head_dim, self.dtype, a.kv_parts
         )
-        num_blocks = kv_block_budget(self.config, per_block, max_model_len, self.device)
+        peak = graph_peak = 0
+        if self.device.type == "cuda" and self.config.num_kv_blocks is None:
+            peak, graph_peak = profile_memory(
+                self, self.token_budget, self.config.max_num_seqs, graph_batch
+            )
+            gib = lambda n: f"{n / 2**30:.2f} GiB"
+            log.info(
+                f"rank {self.tp.rank}: profiled a step of {self.token_budget} tokens: "
+                f"activations {gib(peak)}, decode graphs {gib(graph_peak)}; weights "
+                f"{gib(self.weight_bytes)}"
+            )
+        num_blocks = kv_block_budget(
+            self.config, per_block, max_model_len, self.device, peak + graph_peak
+        )
         if self.tp.size > 1:  # every rank must agree: take the smallest
             n = torch.tensor(
                 [num_blocks], device=self.device if self.device.type == "cuda" else "cpu"
@@ -192,15 +196,9 @@ class ModelRunner:
 
 # %% ../../nbs/engine/13_runner.ipynb #c017
 @patch
-def prepare_prefill(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
-    "Rank 0: the `StepInput` of a prefill batch."
-    return prefill_input(batch)
-
-
-@patch
-def prepare_decode(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
-    "Rank 0: the `StepInput` of a decode batch, its pending tokens in the last launched step's ids."
-    return decode_input(batch, self.last_rows)
+def prepare(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
+    "Rank 0: the `StepInput` of a batch, its pending tokens in the last launched step's ids."
+    return step_input(batch, self.last_rows)
 
 
 @patch
@@ -220,8 +218,9 @@ def last_step_ids(self: ModelRunner, step: StepInput) -> Tensor | None:
 @patch
 @torch.inference_mode()
 def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-    """Run the model on one step; every rank calls this. Returns the logits of each sequence's last
-    token, and on rank 0 the `token_logprobs` of the step's `scored` prompt tokens (if any)."""
+    """Run the model on one step; every rank calls this. Returns the logits of the `logit_rows`
+    (each sampling sequence's last token), and on rank 0 the `token_logprobs` of the step's `scored`
+    prompt tokens (if any)."""
     last_ids = self.last_step_ids(step)
     if (
         self.graphs is not None
@@ -243,7 +242,7 @@ def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, .
     if last_ids is not None:
         fill_pending(ids, step.pending, last_ids)
     hidden = self.model(ids, positions, meta)
-    logits = self.model.compute_logits(hidden[meta.cu_seqlens_q[1:].long() - 1])
+    logits = self.model.compute_logits(hidden[to_device(step.logit_rows, self.device, torch.long)])
     if not step.scored:
         return logits, None
     return logits, score_rows(self.model.compute_logits, self.tp.rank, hidden, *step.scored)
@@ -262,36 +261,33 @@ def logits(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ..
 @torch.inference_mode()
 def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
     "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
-    started = time.perf_counter()
-    step = self.prepare_prefill(batch) if batch.is_prefill else self.prepare_decode(batch)
-    (logits, scores), params, prompt_lps = self.logits(step), [s.params for s in batch.seqs], None
-    if scores is not None:  # each asking sequence's prompt tokens after the first, in order
-        prompt_lps = (
-            [
-                (i, q - 1)
-                for i, (s, q) in enumerate(zip(batch.seqs, step.query_lens))
-                if s.prompt_logprobs_due
-            ],
-            scores,
-        )
+    started, seqs = time.perf_counter(), batch.sampling
+    step = self.prepare(batch)
+    (logits, scores), params, prompt_lps = self.logits(step), [s.params for s in seqs], None
+    if scores is not None:  # each asking row's scored prompt tokens, in order
+        counts = [0] * len(batch.seqs)
+        for i, (s, a, q) in enumerate(zip(batch.seqs, batch.starts, batch.query_lens)):
+            if s.prompt_logprobs_due:
+                counts[i] = max(0, min(a + q, s.num_prompt_tokens - 1) - a)
+        prompt_lps = ([(i, n) for i, n in enumerate(counts) if n], scores)
     drawn_from = logits
     if any(p.adjusts_logits for p in params):
         drawn_from = adjusted_logits(
-            batch, logits, self.last_token_ids, self.last_rows, self.stop_token_ids
+            seqs, logits, self.last_token_ids, self.last_rows, self.stop_token_ids
         )
     if all(p.greedy for p in params):
         ids = drawn_from.argmax(-1)
     else:
         ids = sample(
             drawn_from,
-            *sampling_tensors(batch, self.device),
+            *sampling_tensors(seqs, self.device),
             filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
         )
-    self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(batch.seqs)}
+    self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(seqs)}
     return LaunchedStep(batch, ids, started, step_logprobs(logits, ids, params), prompt_lps)
 
 
 @patch
 def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
-    "Rank 0: run one step on every rank and return each sequence's new token id."
+    "Rank 0: run one step on every rank and return each sampling sequence's new token id."
     return self.launch(batch).token_ids()

@@ -134,9 +134,9 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
-        self.num_cached_tokens = (
-            0  # leading tokens whose KV is already in the pool (prefix-cache hits)
-        )
+        self.num_cached_tokens = 0  # leading tokens found in the prefix cache at admission
+        # tokens whose KV is in the pool or on its way (launched steps'; cache hits included)
+        self.num_computed_tokens = 0
         self.block_table: list[int] = []
         self.params, self.block_size = params, block_size
         self.finish_reason: str | None = None

@@ -5,24 +5,24 @@
 # %% ../../nbs/engine/12a_step_input.ipynb #c001
 from __future__ import annotations
 from dataclasses import dataclass
-from itertools import accumulate
 from torch import Tensor
 from ..layers.attention import to_device
 from .scheduler import ScheduledBatch
 
 # %% auto #0
-__all__ = ['StepInput', 'prefill_input', 'decode_input', 'fill_pending']
+__all__ = ['StepInput', 'step_input', 'fill_pending']
 
 # %% ../../nbs/engine/12a_step_input.ipynb #c004
 @dataclass
 class StepInput:
     "What every rank needs to run one step; built on rank 0 from the scheduled batch."
 
-    is_prefill: bool
+    is_prefill: bool  # whether any row computes more than one generated token (the general path)
     input_ids: list[int]  # the new tokens of every sequence, concatenated
     block_tables: list[list[int]]
     context_lens: list[int]  # tokens in the cache per sequence after this step
     query_lens: list[int]  # new tokens per sequence
+    logit_rows: list[int]  # the rows whose logits are sampled: each sampling sequence's last
     # ids still on the device: (rows, their rows in the last step's sampled ids, that step's batch
     # size)
     pending: tuple[list[int], list[int], int] | None = None
@@ -31,53 +31,36 @@ class StepInput:
     scored: tuple[list[int], list[int], int] | None = None
 
 # %% ../../nbs/engine/12a_step_input.ipynb #c006
-def prefill_input(batch: ScheduledBatch) -> StepInput:
-    "The `StepInput` of a prefill: each sequence's tokens from its first uncached one."
-    seqs = batch.seqs
-    assert not any(s.num_pending for s in seqs), "a prefill needs every token"
-    query_lens, scored = [len(s) - s.num_cached_tokens for s in seqs], None
-    due = [
-        (s, end - q)
-        for s, q, end in zip(seqs, query_lens, accumulate(query_lens))
-        if s.prompt_logprobs_due
-    ]
-    if due:
-        scored = (
-            [r for s, start in due for r in range(start, start + s.num_prompt_tokens - 1)],
-            [t for s, _ in due for t in s.token_ids[1 : s.num_prompt_tokens]],
-            max(s.params.prompt_logprobs for s, _ in due),
-        )
+def step_input(batch: ScheduledBatch, last_rows: dict[int, int]) -> StepInput:
+    """The `StepInput` of a batch: each sequence's tokens from its first uncomputed one
+    (`last_rows`: each sequence's row in the last launched step's sampled ids)."""
+    ids, logit_rows, pending, at, scored, k = [], [], [], [], ([], []), 0
+    for s, start, q in zip(batch.seqs, batch.starts, batch.query_lens):
+        row, end = len(ids), start + q
+        ids += s.token_ids[start:end]
+        if end == len(s.token_ids):
+            logit_rows.append(row + q - 1)
+            if s.num_pending:  # produced by the last launched step (every earlier one is read)
+                pending.append(row + q - 1)
+                at.append(last_rows[s.seq_id])
+                ids[-1] = 0
+        if s.prompt_logprobs_due and start + 1 < s.num_prompt_tokens:
+            last = min(end, s.num_prompt_tokens - 1)  # row `p` predicts prompt token `p + 1`
+            scored[0].extend(range(row, row + last - start))
+            scored[1].extend(s.token_ids[start + 1 : last + 1])
+            k = max(k, s.params.prompt_logprobs)
     return StepInput(
-        True,
-        [t for s in seqs for t in s.token_ids[s.num_cached_tokens :]],
-        [s.block_table for s in seqs],
-        [len(s) for s in seqs],
-        query_lens,
-        scored=scored,
+        batch.is_prefill,
+        ids,
+        [s.block_table for s in batch.seqs],
+        [a + q for a, q in zip(batch.starts, batch.query_lens)],
+        list(batch.query_lens),
+        logit_rows,
+        (pending, at, len(last_rows)) if pending else None,
+        (*scored, k) if scored[0] else None,
     )
 
 # %% ../../nbs/engine/12a_step_input.ipynb #c009
-def decode_input(batch: ScheduledBatch, last_rows: dict[int, int]) -> StepInput:
-    """The `StepInput` of a decode: each sequence's newest token (`last_rows`: rows of the last
-    step)."""
-    seqs, rows, at = batch.seqs, [], []
-    ids = [s.token_ids[-1] for s in seqs]
-    for i, s in enumerate(seqs):
-        # produced by the last launched step (the engine reads every earlier one back first)
-        if s.num_pending:
-            rows.append(i)
-            at.append(last_rows[s.seq_id])
-            ids[i] = 0
-    return StepInput(
-        False,
-        ids,
-        [s.block_table for s in seqs],
-        [len(s) for s in seqs],
-        [1] * len(seqs),
-        (rows, at, len(last_rows)) if rows else None,
-    )
-
-
 def fill_pending(ids: Tensor, pending: tuple[list[int], list[int], int], last_ids: Tensor) -> None:
     "Copy the ids still on the device into the rows of `ids` that wait for them."
     rows, last_rows, _ = pending
