@@ -7,7 +7,7 @@ from __future__ import annotations  # noqa: F404
 from .triton_launch import jit, pdl_sync, tl
 from .triton_norms import _inv_rms, _normed
 from .triton_paged_kv import _attend, _kv_tile, _softmax_step
-from .triton_split_kv import _merge_pieces
+from .triton_split_kv import _merge_pieces, _piece_len
 
 # %% auto #0
 __all__ = []
@@ -90,6 +90,7 @@ def _decode_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
     BLOCK_S: tl.constexpr,
     PRECISION: tl.constexpr,
     SINGLE: tl.constexpr,
@@ -104,9 +105,7 @@ def _decode_kernel(
     # host before its first kernel), the tokens earlier steps cached, the rotary table and the norm
     # weights.
     ctx = tl.load(ctx_ptr + seq)
-    split_len = (
-        tl.maximum(tl.cdiv(tl.cdiv(ctx, num_splits), BLOCK_N), 1) * BLOCK_N
-    )  # > 0 even for an empty context
+    split_len = _piece_len(ctx, num_splits, MIN_SPLIT, BLOCK_N)  # from this row's length alone
     start = split * split_len
     end = tl.minimum(start + split_len, ctx)
     last = ctx - 1  # the new token: its K/V arrive in `k`/`v`, not from the pool

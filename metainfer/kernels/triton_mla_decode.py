@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from ..layers.attention import AttentionMetadata
 from .triton_launch import available, cdiv, jit, next_pow2, pdl, pdl_sync, tl
-from .triton_split_kv import decode_splits
+from .triton_split_kv import _piece_len, decode_splits
 
 # %% auto #0
 __all__ = ['mla_decode_latent']
@@ -44,14 +44,17 @@ def _mla_decode_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_DR: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
     PRECISION: tl.constexpr,
     PDL: tl.constexpr,
 ):
     b, hb, split = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
     pdl_sync(PDL)
     ctx = tl.load(ctx_ptr + b)
-    per_split = tl.cdiv(ctx, NUM_SPLITS)
+    per_split = _piece_len(ctx, NUM_SPLITS, MIN_SPLIT, BLOCK_N)  # from this row's length alone
     start, end = split * per_split, tl.minimum(ctx, (split + 1) * per_split)
+    if start >= ctx:
+        return  # a piece past the context: nothing to write, the merge skips it
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     r, dr = tl.arange(0, BLOCK_R), tl.arange(0, BLOCK_DR)
     q_c = tl.load(
@@ -89,18 +92,17 @@ def _mla_decode_kernel(
         l = l * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=PRECISION)
         m = m_new
-    nonempty = l > 0
-    out = acc / tl.where(nonempty, l, 1.0)[:, None]
+    # a piece holds at least one token, so l >= 1 (its largest score weighs 2^0)
     o_offs = b * stride_ob + h[:, None] * stride_oh + split * stride_os + r[None, :]
-    tl.store(o_ptr + o_offs, out, mask=(h < n_heads)[:, None] & (r < R)[None, :])
-    lse = tl.where(nonempty, m + tl.log2(tl.where(nonempty, l, 1.0)), float("-inf"))
-    tl.store(lse_ptr + (b * n_heads + h) * NUM_SPLITS + split, lse, mask=h < n_heads)
+    tl.store(o_ptr + o_offs, acc / l[:, None], mask=(h < n_heads)[:, None] & (r < R)[None, :])
+    tl.store(lse_ptr + (b * n_heads + h) * NUM_SPLITS + split, m + tl.log2(l), mask=h < n_heads)
 
 # %% ../../nbs/kernels/09f_triton_mla_decode.ipynb #c008
 @jit
 def _mla_merge_kernel(
     o_ptr,
     lse_ptr,
+    ctx_ptr,
     out_ptr,
     n_heads,
     stride_ob,
@@ -112,27 +114,35 @@ def _mla_merge_kernel(
     NUM_SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MIN_SPLIT: tl.constexpr,
+    CHUNK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, empty
-    splits weigh 0."""
+    """One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, over
+    the pieces that hold tokens, `CHUNK` of them at a time."""
     b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     pdl_sync(PDL)
+    ctx = tl.load(ctx_ptr + b)
+    used = tl.cdiv(ctx, _piece_len(ctx, NUM_SPLITS, MIN_SPLIT, BLOCK_N))  # the rest: unwritten
+    lse_row = lse_ptr + (b * n_heads + h) * NUM_SPLITS
     s, r = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_R)
-    lse = tl.load(
-        lse_ptr + (b * n_heads + h) * NUM_SPLITS + s, mask=s < NUM_SPLITS, other=float("-inf")
-    )
-    w = tl.where(lse == float("-inf"), 0.0, tl.exp2(lse - tl.max(lse, 0)))
-    o = tl.load(
-        o_ptr + b * stride_ob + h * stride_oh + s[:, None] * stride_os + r[None, :],
-        mask=(s < NUM_SPLITS)[:, None] & (r < R)[None, :],
-        other=0.0,
-    )
-    tl.store(
-        out_ptr + b * stride_xb + h * stride_xh + r,
-        tl.sum(o * w[:, None], 0) / tl.sum(w, 0),
-        mask=r < R,
-    )
+    lse = tl.load(lse_row + s, mask=s < used, other=float("-inf"))
+    lse_max = tl.max(lse, 0)
+    den = tl.sum(tl.exp2(lse - lse_max), 0)
+    num = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    c = tl.arange(0, CHUNK)
+    for s0 in range(0, used, CHUNK):
+        piece = s0 + c
+        live = piece < used
+        w = tl.exp2(tl.load(lse_row + piece, mask=live, other=float("-inf")) - lse_max)
+        o = tl.load(
+            o_ptr + b * stride_ob + h * stride_oh + piece[:, None] * stride_os + r[None, :],
+            mask=live[:, None] & (r < R)[None, :],
+            other=0.0,
+        )
+        num += tl.sum(o * w[:, None], 0)
+    tl.store(out_ptr + b * stride_xb + h * stride_xh + r, num / den, mask=r < R)
 
 
 def mla_decode_latent(
@@ -141,8 +151,9 @@ def mla_decode_latent(
     latent_cache: Tensor,  # [num_blocks, PAGE, 1, r+dr]
     meta: AttentionMetadata,
     scale: float,
-    num_splits: int | None = None,
+    num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
     use_pdl: bool = True,
+    min_split: int = 512,  # fewest latents per piece (rounded up to the kernel's BLOCK_N)
 ) -> Tensor:
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
     (B, H, r), dr = q.shape, q_pe.shape[-1]
@@ -150,11 +161,12 @@ def mla_decode_latent(
         t if t.stride(-1) == 1 else t.contiguous() for t in (q, q_pe)
     )  # the two parts: no concatenation
     BLOCK_H = max(16, min(next_pow2(H), 32))
-    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of >= 512
-    # latents
+    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of at
+    # least `min_split` latents; a short row uses fewer
     num_splits = num_splits or decode_splits(
-        B, cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=512
+        B, cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=min_split
     )
+    block_n, min_split = 16 if r > 256 else 32, max(min_split, 1)
     o = torch.empty(B, H, num_splits, r, dtype=torch.float32, device=q.device)
     lse = torch.empty(B, H, num_splits, dtype=torch.float32, device=q.device)
     grid = (B, cdiv(H, BLOCK_H), num_splits)
@@ -185,7 +197,8 @@ def mla_decode_latent(
         BLOCK_H=BLOCK_H,
         BLOCK_R=next_pow2(r),
         BLOCK_DR=max(16, next_pow2(dr)),
-        BLOCK_N=16 if r > 256 else 32,
+        BLOCK_N=block_n,
+        MIN_SPLIT=min_split,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         PDL=use_pdl and pdl(),
         launch_pdl=use_pdl and pdl(),
@@ -195,6 +208,7 @@ def mla_decode_latent(
     _mla_merge_kernel[(B, H)](
         o,
         lse,
+        meta.context_lens,
         out,
         H,
         o.stride(0),
@@ -206,6 +220,9 @@ def mla_decode_latent(
         NUM_SPLITS=num_splits,
         BLOCK_S=next_pow2(num_splits),
         BLOCK_R=next_pow2(r),
+        BLOCK_N=block_n,
+        MIN_SPLIT=min_split,
+        CHUNK=4,
         PDL=use_pdl and pdl(),
         launch_pdl=use_pdl and pdl(),
         num_warps=4,

@@ -84,12 +84,19 @@ def _merge_pieces(
 def decode_splits(
     batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256
 ) -> int:
-    """How many pieces to split each context into: about 4 programs per multiprocessor, of at least
-    `min_tokens` each."""
+    """The most pieces to split a context into (a short one uses fewer: `_piece_len`): about 4
+    programs per multiprocessor, of at least `min_tokens` each."""
     # from the bucketed batch, so a step splits (and sums) alike with and without CUDA graphs, which
     # pad to the bucket
     programs = cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
     return max(1, min(programs, cdiv(max_context, min_tokens), 128))
+
+
+@jit
+def _piece_len(ctx, num_splits, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Tokens per piece of a `ctx`-token context: `ctx / num_splits`, at least `MIN_SPLIT`, in whole
+    `BLOCK_N` tiles (> 0 even for an empty context). Its pieces: the first `cdiv(ctx, len)`."""
+    return tl.cdiv(tl.maximum(tl.cdiv(ctx, num_splits), MIN_SPLIT), BLOCK_N) * BLOCK_N
 
 
 _counters: dict[
