@@ -13,13 +13,16 @@ import time
 from pathlib import Path
 from .results import bench_command
 from .serve_driver import benchmark
+from .serve_mixed import mixed_benchmark, mixed_summary, plot_mixed
 
 # %% auto #0
-__all__ = ['plot_results', 'save_results', 'add_arguments', 'parse_list', 'main']
+__all__ = ['plot_results', 'save_results', 'add_arguments', 'add_mixed_arguments', 'parse_list', 'main']
 
 # %% ../../nbs/bench/18h_serve.ipynb #c005
 def plot_results(result: dict, path: str | Path) -> Path:
-    "TTFT/TPOT/ITL percentiles and output throughput against concurrency (or request rate)."
+    "TTFT/TPOT/ITL percentiles and output throughput against the sweep (or the mixed run's plot)."
+    if result.get("workload") == "mixed":
+        return plot_mixed(result, path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,7 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="requests per level (default: 4 x concurrency, >= 16; 200 per rate)",
     )
-    a("--input-len", type=int, default=256, help="mean prompt length in tokens (log-normal)")
+    a(
+        "--input-len",
+        type=int,
+        default=256,
+        help="mean prompt length in tokens (log-normal; --mixed: each stream's, exact)",
+    )
     a("--output-len", type=int, default=128, help="mean completion length in tokens (log-normal)")
     a("--temperature", type=float, default=0.0, help="sampling temperature of every request")
     a(
@@ -95,7 +103,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--seed", type=int, default=0, help="seeds the lengths, the prompts and the arrival times")
     a("--num-warmups", type=int, default=2, help="short requests before the first level")
     a("--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png")
-    a("--name", default=None, help="file name stem (default: serve-MODEL-ENDPOINT-DATE)")
+    a("--name", default=None, help="file name stem (default: serve-MODEL-ENDPOINT|mixed-DATE)")
+    add_mixed_arguments(parser)
+
+
+def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
+    "`--mixed` and its workload: one long prompt sent while streams decode (`18gb_serve_mixed`)."
+    g = parser.add_argument_group("mixed workload (--mixed, instead of the sweep)")
+    a = g.add_argument
+    a("--mixed", action="store_true", help="one long prompt among running streams, not a sweep")
+    a("--mixed-streams", type=int, default=16, help="streams running when the long prompt comes")
+    a("--mixed-stream-output-len", type=int, default=512, help="tokens each stream generates")
+    a("--mixed-long-input-len", type=int, default=32768, help="the long prompt's length, tokens")
+    a("--mixed-long-output-len", type=int, default=16, help="tokens the long request generates")
+    a(
+        "--mixed-delay",
+        type=float,
+        default=2.0,
+        help="seconds between every stream's first token and sending the long request",
+    )
 
 
 def parse_list(s: str | None, kind=float) -> list | None:
@@ -112,12 +138,31 @@ def _print_level(result: dict, r: dict) -> None:
     )
 
 
-def main(args: argparse.Namespace) -> dict:
-    "`metainfer bench serve`: run the sweep, print a line per level, write JSON and a plot."
-    env = os.environ
-    api_key = args.api_key or env.get("METAINFER_API_KEY") or env.get("OPENAI_API_KEY")
+def _run_mixed(args: argparse.Namespace, api_key: str | None) -> dict:
+    if args.endpoint == "chat":
+        raise SystemExit("--mixed sends token-id prompts to /v1/completions; drop --endpoint chat")
+    return asyncio.run(
+        mixed_benchmark(
+            args.base_url,
+            args.mixed_streams,
+            args.input_len,
+            args.mixed_stream_output_len,
+            args.mixed_long_input_len,
+            args.mixed_long_output_len,
+            args.mixed_delay,
+            args.model,
+            api_key,
+            args.seed,
+            args.num_warmups,
+            args.temperature,
+            args.ignore_eos,
+        )
+    )
+
+
+def _run_sweep(args: argparse.Namespace, api_key: str | None) -> dict:
     levels = parse_list(args.concurrency, int), parse_list(args.request_rate)
-    result = asyncio.run(
+    return asyncio.run(
         benchmark(
             args.base_url,
             *levels,
@@ -134,9 +179,19 @@ def main(args: argparse.Namespace) -> dict:
             args.ignore_eos,
         )
     )
+
+
+def main(args: argparse.Namespace) -> dict:
+    "`metainfer bench serve`: run the sweep (or `--mixed`), print its lines, write JSON and a plot."
+    env, mixed = os.environ, getattr(args, "mixed", False)
+    api_key = args.api_key or env.get("METAINFER_API_KEY") or env.get("OPENAI_API_KEY")
+    result = (_run_mixed if mixed else _run_sweep)(args, api_key)
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(result["model"]).name)
-    name = args.name or f"serve-{model}-{args.endpoint}-{time.strftime('%Y%m%d-%H%M%S')}"
-    for r in result["runs"]:
+    kind = "mixed" if mixed else args.endpoint
+    name = args.name or f"serve-{model}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if mixed:
+        print(mixed_summary(result))
+    for r in result.get("runs", []):
         _print_level(result, r)
     json_path, png_path = save_results(result, args.out, name, bench_command(args, "serve"))
     print(f"wrote {json_path} and {png_path}")

@@ -86,8 +86,10 @@ def is_token_event(chunk: dict) -> bool:
     return bool(c.get("text") or (c.get("delta") or {}).get("content") or c.get("finish_reason"))
 
 
-async def send_request(session, url: str, body: dict, headers: dict) -> RequestResult:
-    "Stream one request and time its chunks."
+async def send_request(
+    session, url: str, body: dict, headers: dict, on_token=None
+) -> RequestResult:
+    "Stream one request and time its chunks; `on_token(t)`, if given, sees each token event's time."
     r, start, last = RequestResult(), time.perf_counter(), None
     try:
         async with session.post(url, json=body, headers=headers) as resp:
@@ -114,6 +116,8 @@ async def send_request(session, url: str, body: dict, headers: dict) -> RequestR
                     else:
                         r.itl.append(now - last)
                     last = now
+                    if on_token is not None:
+                        on_token(now)
         r.latency, r.ok = time.perf_counter() - start, last is not None and r.output_tokens > 0
         if not r.ok:
             r.error = "the stream ended without tokens or usage"
