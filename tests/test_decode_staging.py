@@ -33,7 +33,9 @@ def test_replay_stages_what_make_metadata_computes():
     for n, bucket in ((1, 1), (5, 8), (13, 16)):
         ctx = [rng.randint(1, 40) for _ in range(n)]
         tables = [rng.sample(range(null_block), -(-c // bs)) for c in ctx]
-        step = StepInput(False, [rng.randrange(1000) for _ in range(n)], tables, ctx, [1] * n)
+        step = StepInput(
+            False, [rng.randrange(1000) for _ in range(n)], tables, ctx, [1] * n, list(range(n))
+        )
         g = staged(step, bucket, bs, null_block, max_blocks=10)
         positions, meta = make_metadata(tables, ctx, [1] * n, bs, is_prefill=False)
         assert g.input_ids[:n].tolist() == step.input_ids
@@ -58,11 +60,11 @@ def test_restaging_writes_only_what_changed_and_still_all_of_it():
     batch all restage."""
     bs, null_block = 4, 99
     a, b, c = [1, 2], [3, 4, 5], [6]
-    step1 = StepInput(False, [7, 8, 9], [a, b, c], [6, 10, 2], [1, 1, 1])
+    step1 = StepInput(False, [7, 8, 9], [a, b, c], [6, 10, 2], [1, 1, 1], [0, 1, 2])
     g = staged(step1, 4, bs, null_block, max_blocks=10)
     a.append(11)  # a grows by a block (its list is the same object)
     d = [12, 13, 14, 15]  # row 1 now holds another sequence, longer than b
-    step2 = StepInput(False, [1, 2], [a, d], [9, 14], [1, 1])
+    step2 = StepInput(False, [1, 2], [a, d], [9, 14], [1, 1], [0, 1])
     g.replay(step2)
     assert g.block_tables[0, :3].tolist() == [1, 2, 11] and g.block_tables[1, :4].tolist() == [
         12,

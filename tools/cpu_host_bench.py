@@ -27,7 +27,7 @@ def _channel_rank(rank: int, port: int, out) -> None:
     from metainfer.engine.step_input import StepInput
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    step, res = StepInput(False, [123], [list(range(20))], [300], [1]), {}
+    step, res = StepInput(False, [123], [list(range(20))], [300], [1], [0]), {}
     for name in ("gloo_broadcast_object_list", "control_channel"):
         ch = ControlChannel(rank, 2) if name == "control_channel" else None
         for i in range(2200):

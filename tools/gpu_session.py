@@ -460,46 +460,71 @@ def stage_allreduce():
     bench("allreduce -tp 2 --name allreduce-2xh200", 90)
 
 
-def stage_serve():
+def start_server(model: Path, *flags: str):
+    """`metainfer serve MODEL FLAGS` on a free port, waited for until healthy; (process, base URL,
+    seconds to healthy). Its log goes to $OUT/results/server-*.log."""
     import socket
     import urllib.request
 
-    m = checkpoint("Qwen3-8B")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "metainfer",
-            "serve",
-            str(m),
-            "--port",
-            str(port),
-            "--max-model-len",
-            "4096",
-            "--served-model-name",
-            "qwen3-8b",
-        ]
-    )
+    name = "-".join(["server", model.name, *[f.strip("-") for f in flags]])
+    log = open(RES / f"{name}.log", "w")
+    t = time.time()
+    cmd = [PY, "-m", "metainfer", "serve", str(model), "--port", str(port), *flags]
+    print("\n$", " ".join(cmd), flush=True)
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    while time.time() - T0 < DEADLINE - 60 and server.poll() is None:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            break
+        except Exception:
+            time.sleep(0.5)
+    healthy = time.time() - t
+    summary.append(f"server {' '.join(flags) or '(defaults)'}: healthy after {healthy:.1f} s")
+    return server, f"http://127.0.0.1:{port}", healthy
+
+
+def stop_server(server) -> None:
+    server.terminate()
     try:
-        while time.time() - T0 < DEADLINE - 60 and server.poll() is None:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.5)
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    keep()
+
+
+def serve_mixed(url: str, name: str) -> None:
+    "Issue 23's mixed workload: 16 streams of 512 tokens, one 32,768-token prompt among them."
+    sh(
+        f"{PY} -m metainfer bench serve --base-url {url} --mixed --input-len 256 "
+        f"--out {RES} --name {name}",
+        150,
+    )
+
+
+def stage_serve():
+    """Qwen3-8B served at the defaults: a cached-prefix request on the fresh server, the mixed
+    workload, the concurrency sweep; then the mixed workload at each of $MIXED_BUDGETS."""
+    m = checkpoint("Qwen3-8B")
+    server, url, _ = start_server(m)
+    try:
+        sh(f"{PY} tools/prefix_hit.py --base-url {url} --out {RES}/prefix-hit-qwen3-8b.json", 60)
+        serve_mixed(url, "serve-mixed-qwen3-8b")
         sh(
-            f"{PY} -m metainfer bench serve --base-url http://127.0.0.1:{port} --concurrency "
-            "1,16,64 --input-len 256 "
+            f"{PY} -m metainfer bench serve --base-url {url} --concurrency 1,16,64 --input-len 256 "
             f"--output-len 128 --out {RES} --name serve-qwen3-8b-h200",
             150,
         )
-        keep()
     finally:
-        server.terminate()
-        server.wait(60)
+        stop_server(server)
+    for budget in os.environ.get("MIXED_BUDGETS", "").split():
+        server, url, _ = start_server(m, "--max-num-batched-tokens", budget)
+        try:
+            serve_mixed(url, f"serve-mixed-qwen3-8b-budget-{budget}")
+        finally:
+            stop_server(server)
 
 
 def stage_deepseek():

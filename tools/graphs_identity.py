@@ -30,7 +30,6 @@ def greedy(
         async_scheduling="-sync" not in mode,
         disable_custom_all_reduce="-nccl" in mode,
         tensor_parallel_size=tp,
-        max_model_len=4096,
         gpu_memory_utilization=0.5,
     )
     out = {

@@ -15,14 +15,10 @@ from ..config import add_engine_args, engine_config
 from .common import Card
 
 # %% auto #0
-__all__ = ['BENCH_ENGINE_DEFAULTS', 'add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command',
-           'environment', 'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars',
-           'print_summary']
+__all__ = ['add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment', 'gpu_memory_used',
+           'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #c005
-BENCH_ENGINE_DEFAULTS = {"max_model_len": 4096}  # where the bench differs from EngineConfig
-
-
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
     "`--out` and `--name`: where a result goes."
     parser.add_argument(
@@ -32,9 +28,9 @@ def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> Non
 
 
 def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
-    "The checkpoint, the engine's flags (with the bench's defaults) and `--out`/`--name`."
+    "The checkpoint, the engine's flags (with the engine's defaults) and `--out`/`--name`."
     parser.add_argument("model", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
-    add_engine_args(parser, **BENCH_ENGINE_DEFAULTS)
+    add_engine_args(parser)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")
 
 

@@ -157,7 +157,13 @@ def add_request(
         else None
     )
     self.requests[request_id] = self._by_seq[seq.seq_id] = Request(
-        request_id, text, seq, detok, stream, logprobs=None if params.logprobs is None else []
+        request_id,
+        text,
+        seq,
+        detok,
+        stream,
+        logprobs=None if params.logprobs is None else [],
+        prompt_logprobs=None if params.prompt_logprobs is None else [None] * len(ids),
     )
     self.scheduler.add(seq)
 
@@ -237,8 +243,6 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     for row, scored in launched.prompt_logprobs().items():
         if (r := self._by_seq.get(batch.seqs[row].seq_id)) is not None:
             seq, start, k = r.seq, batch.starts[row], r.seq.params.prompt_logprobs
-            if r.prompt_logprobs is None:
-                r.prompt_logprobs = [None] * seq.num_prompt_tokens
             for j, s in enumerate(scored, start + 1):  # this chunk's tokens (again if recomputed)
                 r.prompt_logprobs[j] = logprob_entry(seq.token_ids[j], *s, k, self._token_text)
     # not aborted or done

@@ -89,9 +89,7 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
     num_decode = len(rows)
     for seq in self.running:  # partly prefilled sequences continue, oldest first
         if budget and seq.num_computed_tokens < len(seq.token_ids) - 1:
-            n = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
-            rows.append((seq, n))
-            budget -= n
+            budget -= self._chunk(seq, budget, rows)
     while budget and self.waiting and len(self.running) < self.max_num_seqs:
         seq = self.waiting[0]  # first come, first served
         if seq.num_pending or not self.bm.can_allocate(seq):
@@ -101,13 +99,23 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
         self.bm.allocate(seq)
         seq.status = SequenceStatus.RUNNING
         self.running.append(self.waiting.popleft())
-        n = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
-        rows.append((seq, n))
-        budget -= n
+        budget -= self._chunk(seq, budget, rows)
     if not rows:
         return None
     seqs, lens = [s for s, _ in rows], [n for _, n in rows]
     return ScheduledBatch(seqs, lens, [s.num_computed_tokens for s in seqs], num_decode)
+
+
+@patch
+def _chunk(self: Scheduler, seq: Sequence, budget: int, rows: list) -> int:
+    """Add a row for `seq`'s next prompt chunk (at most `budget` tokens); the blocks it fills join
+    the prefix cache now, for later rows of this step too (every layer stores a step's K/V before
+    it attends). How many tokens it takes."""
+    start = seq.num_computed_tokens
+    n = min(len(seq.token_ids) - start, budget)
+    self.bm.cache_computed(seq, start, start + n)
+    rows.append((seq, n))
+    return n
 
 
 @patch
@@ -156,12 +164,10 @@ def _preempt(self: Scheduler, seq: Sequence) -> None:
 
 @patch
 def launched(self: Scheduler, batch: ScheduledBatch) -> None:
-    """The batch's step is on its way: each sequence's tokens count as computed (full prompt blocks
-    join the prefix cache), and each sampling one holds the place of the token it will produce."""
-    for i, (seq, start, n) in enumerate(zip(batch.seqs, batch.starts, batch.query_lens)):
+    """The batch's step is on its way: each sequence's tokens count as computed, and each sampling
+    one holds the place of the token it will produce."""
+    for seq, start, n in zip(batch.seqs, batch.starts, batch.query_lens):
         seq.num_computed_tokens = start + n
-        if i >= batch.num_decode:  # (decode rows' blocks are cached by `may_append`/`postprocess`)
-            self.bm.cache_computed(seq, start, start + n)
         if start + n >= seq.num_prompt_tokens:  # (a recomputation needs no prompt logprobs again)
             seq.prompt_logprobs_due = False
     for seq in batch.sampling:

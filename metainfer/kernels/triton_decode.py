@@ -28,7 +28,7 @@ def paged_decode(
     scale: float,
     rope: Rope | None = None,  # rotate (and norm) q and k on the way in
     num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
-    min_split: int = 256,  # fewest tokens per piece (rounded up to `block_n`)
+    min_split: int = 32,  # fewest tokens per piece (rounded up to `block_n`)
     block_n: int = 32,  # cached tokens per K/V tile
     num_warps: int = 4,
     num_stages: int = 2,  # Triton launch options
@@ -43,7 +43,7 @@ def paged_decode(
     cos_sin_stride, half = (
         (r.cos_sin_cache.stride(0), r.cos_sin_cache.shape[-1] // 2) if rope else (0, 1)
     )
-    S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device, min_split)
+    S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device)
     out = torch.empty_like(q)
     part_acc = part_m = part_l = counters = None
     if S > 1:

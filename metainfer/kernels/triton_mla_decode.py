@@ -153,7 +153,7 @@ def mla_decode_latent(
     scale: float,
     num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
     use_pdl: bool = True,
-    min_split: int = 512,  # fewest latents per piece (rounded up to the kernel's BLOCK_N)
+    min_split: int = 64,  # fewest latents per piece (rounded up to the kernel's BLOCK_N)
 ) -> Tensor:
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
     (B, H, r), dr = q.shape, q_pe.shape[-1]
@@ -161,10 +161,10 @@ def mla_decode_latent(
         t if t.stride(-1) == 1 else t.contiguous() for t in (q, q_pe)
     )  # the two parts: no concatenation
     BLOCK_H = max(16, min(next_pow2(H), 32))
-    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch), pieces of at
-    # least `min_split` latents; a short row uses fewer
+    # as for paged K/V: enough programs to fill the GPU (from the bucketed batch) for contexts of
+    # 512 latents a piece; a shorter row uses fewer pieces, of at least `min_split` latents
     num_splits = num_splits or decode_splits(
-        B, cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=min_split
+        B, cdiv(H, BLOCK_H), meta.max_seqlen_k, q.device, min_tokens=512
     )
     block_n, min_split = 16 if r > 256 else 32, max(min_split, 1)
     o = torch.empty(B, H, num_splits, r, dtype=torch.float32, device=q.device)
