@@ -153,7 +153,7 @@ def mla_decode_latent(
     scale: float,
     num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
     use_pdl: bool = True,
-    min_split: int = 64,  # fewest latents per piece (rounded up to the kernel's BLOCK_N)
+    min_split: int = 16,  # fewest latents per piece (rounded up to the kernel's BLOCK_N)
 ) -> Tensor:
     "Attention of each sequence's absorbed query heads over its cached latents: `[B, H, r]`."
     (B, H, r), dr = q.shape, q_pe.shape[-1]
