@@ -482,7 +482,8 @@ def start_server(model: Path, *flags: str):
         except Exception:
             time.sleep(0.5)
     healthy = time.time() - t
-    summary.append(f"server {' '.join(flags) or '(defaults)'}: healthy after {healthy:.1f} s")
+    state = f"healthy after {healthy:.1f} s" if server.poll() is None else "DIED (see its log)"
+    summary.append(f"server {' '.join(flags) or '(defaults)'}: {state}")
     return server, f"http://127.0.0.1:{port}", healthy
 
 
