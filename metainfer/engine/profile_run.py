@@ -112,15 +112,18 @@ def kv_block_budget(
 
 # %% ../../nbs/engine/12d_profile_run.ipynb #60c0d03e
 def warm_up_steps(block_size: int, vocab: int) -> list[StepInput]:
-    "One step of each kind the scheduler makes: small and larger prefills, cached prefixes, mixed."
+    """One step of each kind the scheduler makes: small and larger prefills, cached prefixes, mixed;
+    those with a context run twice, with block tables of 16 blocks and of another width (Triton
+    compiles a kernel anew for an integer argument divisible by 16, such as a table's stride)."""
     b = block_size
-    return [
-        dummy_step([7], b, vocab=vocab),  # a short prefill
-        dummy_step([600], b, vocab=vocab),  # a longer one (MoE: the large-batch tiles)
-        dummy_step([24, 9], b, cached=[2 * b, b], vocab=vocab),  # after cached prefixes
-        dummy_step([1, 1, 20], b, cached=[40, 3, b], vocab=vocab),  # decode rows and a chunk
-        dummy_step([1, 1], b, cached=[40, 3], vocab=vocab),  # a decode step, run eagerly
-    ]
+    steps = [dummy_step([7], b, vocab=vocab), dummy_step([600], b, vocab=vocab)]
+    for n in (2 * b, 16 * b):  # the longest context: 2 blocks, then 16
+        steps += [
+            dummy_step([9, 7], b, cached=[n - 9, b], vocab=vocab),  # after cached prefixes
+            dummy_step([1, 1, 7], b, cached=[n - 1, 3, b], vocab=vocab),  # decode rows, a chunk
+            dummy_step([1, 1], b, cached=[n - 1, 3], vocab=vocab),  # a decode step, run eagerly
+        ]
+    return steps
 
 
 def warm_up(runner) -> float:
