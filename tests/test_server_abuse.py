@@ -277,3 +277,19 @@ def test_detokenize_takes_every_id_of_the_model(http):
     r = http.post("/detokenize", json={"tokens": [151669, 151935]})  # past the tokenizer's ids
     assert r.status_code == 200, r.text
     assert error_of(http.post("/detokenize", json={"tokens": [151936]}))["param"] == "tokens"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("stop", [f"s{i}" for i in range(65)]),
+        ("stop", ["x" * 1025]),
+        ("stop_token_ids", list(range(4097))),
+    ],
+)
+def test_stop_limits(http, field, value):
+    "More stop strings or ids than the documented limits: a 400 naming the field, before any step."
+    err = error_of(http.post(CMPL, json={"prompt": "hi", "max_tokens": 1, field: value}))
+    assert err["param"] == field
+    ok = {"stop": [f"s{i}" for i in range(64)], "stop_token_ids": list(range(4096))}
+    assert http.post(CMPL, json={"prompt": "hi", "max_tokens": 1, field: ok[field]}).is_success

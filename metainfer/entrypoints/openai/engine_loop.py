@@ -18,7 +18,7 @@ from ...engine.sequence import SamplingParams
 from ...distributed.workers import WorkerDied
 
 # %% auto #0
-__all__ = ['ACCEPTED', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine']
+__all__ = ['ACCEPTED', 'LATEST', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine']
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c020
 @dataclass(frozen=True)
@@ -62,14 +62,17 @@ class EngineError(RuntimeError):
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c021
 ACCEPTED = object()
+LATEST = object()  # in a stream's queue: "take `latest`"
 
 
 class RequestStream:
-    "The outputs of one request, read on the event loop that added it."
+    """The outputs of one request, read on the event loop that added it. Outputs are cumulative, so
+    a reader that falls behind needs only the newest: one waits here at most, whatever the lag."""
 
     def __init__(self, request_id: str, engine: AsyncLLMEngine):
         self.request_id, self.engine = request_id, engine
         self.loop, self.queue = asyncio.get_running_loop(), asyncio.Queue()
+        self.latest: RequestOutput | None = None  # the newest output not read yet
         self.finished = False
 
     def __aiter__(self):
@@ -79,6 +82,8 @@ class RequestStream:
         if self.finished:
             raise StopAsyncIteration
         item = await self.queue.get()
+        if item is LATEST:
+            item, self.latest = self.latest, None
         if isinstance(item, BaseException):
             self.finished = True
             raise item
@@ -286,4 +291,9 @@ def _deliver(items: list[tuple[RequestStream, Any]]) -> None:
 
 def _put_all(batch):
     for s, x in batch:
-        s.queue.put_nowait(x)
+        if not isinstance(x, RequestOutput):
+            s.queue.put_nowait(x)
+            continue
+        if s.latest is None:  # else an older output waits: the newer one replaces it
+            s.queue.put_nowait(LATEST)
+        s.latest = x

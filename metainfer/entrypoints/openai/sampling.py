@@ -15,8 +15,8 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['UNSUPPORTED', 'TOKEN_ID', 'unsupported', 'check_supported', 'candidates_per_prompt', 'logit_bias_ids',
-           'sampling_params']
+__all__ = ['UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS', 'MAX_STOP_TOKEN_IDS', 'unsupported',
+           'check_supported', 'candidates_per_prompt', 'logit_bias_ids', 'check_stop_limits', 'sampling_params']
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c013
 def _asked(v: Any) -> bool:
@@ -94,8 +94,28 @@ def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
     return out
 
 
+# stop strings and stop token ids a request may give: the engine looks them up once per new token
+# at no cost that grows with them, but builds their tables once, in the thread every request shares
+MAX_STOP_STRINGS, MAX_STOP_CHARS, MAX_STOP_TOKEN_IDS = 64, 1024, 4096
+
+
+def check_stop_limits(req: SamplingRequest) -> None:
+    "A 400 if `req` gives more stop strings (or longer ones) or stop token ids than the limits."
+    stop = [req.stop] if isinstance(req.stop, str) else req.stop or []
+    if len(stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stop):
+        raise OpenAIError(
+            f"stop: at most {MAX_STOP_STRINGS} strings of at most {MAX_STOP_CHARS} characters",
+            param="stop",
+        )
+    if len(req.stop_token_ids or ()) > MAX_STOP_TOKEN_IDS:
+        raise OpenAIError(
+            f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids", param="stop_token_ids"
+        )
+
+
 def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
     "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first)."
+    check_stop_limits(req)
     room = max_model_len - prompt_len
     if room < 1:
         raise OpenAIError(

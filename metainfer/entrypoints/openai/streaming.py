@@ -36,16 +36,18 @@ async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
         async for x in iterators[0]:
             yield x
         return
-    queue, end = asyncio.Queue(), object()
+    # bounded: a pump waits for the reader, so a slow client leaves outputs in the streams, where
+    # each keeps only its newest
+    queue, end = asyncio.Queue(maxsize=len(iterators)), object()
 
     async def pump(it):
         try:
             async for x in it:
-                queue.put_nowait((x, None))
+                await queue.put((x, None))
         except Exception as e:
-            queue.put_nowait((end, e))
+            await queue.put((end, e))
         else:
-            queue.put_nowait((end, None))
+            await queue.put((end, None))
 
     tasks = [asyncio.ensure_future(pump(it)) for it in iterators]
     try:
