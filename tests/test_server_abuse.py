@@ -293,3 +293,54 @@ def test_stop_limits(http, field, value):
     assert err["param"] == field
     ok = {"stop": [f"s{i}" for i in range(64)], "stop_token_ids": list(range(4096))}
     assert http.post(CMPL, json={"prompt": "hi", "max_tokens": 1, field: ok[field]}).is_success
+
+
+def test_streamed_response_error_event_code(http, engine):
+    """An engine failure mid-stream ends a streamed `/v1/responses` response with an `error` event
+    whose code is the other endpoints' `engine_unavailable`."""
+    step, failed = engine.engine.step, []
+
+    def failing_step():
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("boom")  # once: the engine aborts what runs, then goes on
+        return step()
+
+    req = {"input": "hello", "max_output_tokens": 100, "stream": True}
+    events = []
+    with http.stream("POST", "/v1/responses", json=req) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "response.output_text.delta" and not failed:
+                    engine.engine.step = failing_step
+    del engine.engine.step  # (the instance attribute: the class's method again)
+    assert failed and events[-1]["type"] == "error", events[-2:]
+    assert events[-1]["code"] == "engine_unavailable"
+    assert http.post(CMPL, json={"prompt": "hi", "max_tokens": 2}).is_success
+
+
+def test_dead_engine_thread_turns_health_to_503(checkpoints):
+    """The engine thread itself dies (not a worker process): the request in flight gets a 503,
+    `/health` says 503, and so does every later request."""
+    from metainfer.distributed.workers import WorkerDied
+
+    engine = AsyncLLMEngine.from_engine_args(
+        str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu", num_kv_blocks=32
+    )
+
+    def dying_step():
+        raise WorkerDied("rank 1 exited")  # what ends the thread (other errors abort requests)
+
+    try:
+        with ServerThread(build_app(engine, ["tiny"])) as srv:
+            with httpx.Client(base_url=srv.url, timeout=30) as c:
+                assert c.get("/health").status_code == 200
+                engine.engine.step = dying_step
+                r = c.post(CMPL, json={"prompt": "hi", "max_tokens": 4})
+                assert error_of(r, 503)["code"] == "engine_unavailable"
+                assert not engine.is_alive
+                assert error_of(c.get("/health"), 503)["code"] == "engine_unavailable"
+                assert c.post(CMPL, json={"prompt": "hi", "max_tokens": 4}).status_code == 503
+    finally:
+        engine.shutdown()

@@ -236,7 +236,8 @@ async def response_events(
             for e in ev.finish(out):
                 yield e
     except EngineError as e:
-        yield ev.event("error", code="engine_error", message=str(e), param=None)
+        # (the code the other streams' error events and the non-streamed 503s carry)
+        yield ev.event("error", code="engine_unavailable", message=str(e), param=None)
     finally:
         c.stream.abort()
 
