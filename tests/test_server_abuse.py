@@ -344,3 +344,32 @@ def test_dead_engine_thread_turns_health_to_503(checkpoints):
                 assert c.post(CMPL, json={"prompt": "hi", "max_tokens": 4}).status_code == 503
     finally:
         engine.shutdown()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_echoed_prompt_logprobs_scored_once(http, engine, stream):
+    """echo + logprobs + n: the prompt is scored by one choice; the others echo the same logprobs
+    and take its blocks from the prefix cache (a choice that scores a prompt takes no hits)."""
+    prompt = list(range(1000, 1040))  # 40 tokens: two full 16-token blocks
+    body = {"prompt": prompt, "echo": True, "logprobs": 2, "n": 4, "max_tokens": 2}
+    bm = engine.engine.block_manager
+    hits = bm.num_cache_hit_tokens
+    if stream:
+        chunks = []
+        with http.stream("POST", CMPL, json=body | {"stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    chunks.append(json.loads(line[6:]))
+        firsts = {}
+        for ch in chunks:
+            for c in ch["choices"]:
+                firsts.setdefault(c["index"], c["logprobs"])
+        choices = [firsts[i] for i in range(4)]
+    else:
+        r = http.post(CMPL, json=body)
+        assert r.status_code == 200, r.text
+        choices = [c["logprobs"] for c in r.json()["choices"]]
+    echoed = [c["token_logprobs"][:40] for c in choices]
+    assert echoed[0][0] is None and None not in echoed[0][1:]
+    assert all(e == echoed[0] for e in echoed)
+    assert bm.num_cache_hit_tokens - hits >= 3 * 32

@@ -191,11 +191,12 @@ async def add_choices(
     params = [
         sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts
     ]  # every prompt checked first
-    # with a seed, choice j draws with seed + j (as vLLM does): n different samples
+    # with a seed, choice j draws with seed + j (as vLLM does): n different samples. Only a
+    # prompt's first choice scores the prompt; the others take its logprobs (`with_prompt_logprobs`)
     specs = [
-        (i, ids, q)
+        (i, ids, q if j == 0 else replace(q, prompt_logprobs=None))
         for i, (ids, p) in enumerate(zip(prompts, params))
-        for q in replace(p, n=n).fan_out()
+        for j, q in enumerate(replace(p, n=n).fan_out())
     ]
     rid = f"{prefix}-{uuid.uuid4().hex}"
     added = await asyncio.gather(

@@ -22,7 +22,12 @@ from metainfer.entrypoints.openai.serving import (
     server_state,
     submit,
 )
-from .streaming import event_stream, stream_events, final_outputs
+from metainfer.entrypoints.openai.streaming import (
+    event_stream,
+    stream_events,
+    final_outputs,
+    with_prompt_logprobs,
+)
 
 # %% auto #0
 __all__ = ['best_of', 'completions']
@@ -49,7 +54,10 @@ async def completions(request: Request):
     echoes = echo_texts(req, tokenizer)
     if req.stream:
         return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
-    outs, ids = await final_outputs(choices, request), req.return_token_ids
+    outs, ids = (
+        with_prompt_logprobs(choices, await final_outputs(choices, request)),
+        req.return_token_ids,
+    )
 
     def choice(index: int, c: Choice, out: RequestOutput) -> dict:
         o = out.outputs[0]

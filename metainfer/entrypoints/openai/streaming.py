@@ -5,6 +5,7 @@
 # %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #c001
 from __future__ import annotations
 import asyncio
+from dataclasses import replace
 from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -24,7 +25,7 @@ from metainfer.entrypoints.openai.formatting import (
 from .serving import Choice, abort_all
 
 # %% auto #0
-__all__ = ['merged', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'event_stream']
+__all__ = ['merged', 'with_prompt_logprobs', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'event_stream']
 
 # %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #c004
 async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
@@ -61,6 +62,17 @@ async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
             t.cancel()
 
 
+def with_prompt_logprobs(choices: list[Choice], outs: list[RequestOutput]) -> list[RequestOutput]:
+    "`outs`, each with the prompt logprobs its prompt's first choice computed (the others didn't)."
+    scored = {c.prompt: o.prompt_logprobs for c, o in zip(choices, outs) if o.prompt_logprobs}
+    return [
+        o
+        if o.prompt_logprobs or c.prompt not in scored
+        else replace(o, prompt_logprobs=scored[c.prompt])
+        for c, o in zip(choices, outs)
+    ]
+
+
 async def choice_events(
     c: Choice,
     req: SamplingRequest,
@@ -68,10 +80,13 @@ async def choice_events(
     echo: str | None,
     tokenizer,
     last: dict[int, RequestOutput],
+    scored: dict[int, asyncio.Future] | None = None,
 ) -> AsyncIterator[tuple[dict, RequestOutput | None]]:
     """One choice's chunk entries and outputs (`echo`: the text its first starts with); its latest
-    output goes in `last`."""
+    output goes in `last`. `scored`: per prompt, the prompt logprobs its first choice computes,
+    which the prompt's other choices echo."""
     ids, first, offset = bool(req.return_token_ids), True, 0
+    owns = scored is not None and c.prompt in scored and c.params.prompt_logprobs is not None
     try:
         if chat:
             yield (
@@ -85,6 +100,12 @@ async def choice_events(
                 None,
             )
         async for text, start, out in text_deltas(c.stream, c.params):
+            if owns and not scored[c.prompt].done():
+                scored[c.prompt].set_result(out.prompt_logprobs)
+            elif first and scored and c.prompt in scored and not out.prompt_logprobs:
+                if (lps := await scored[c.prompt]) is None:
+                    raise EngineError("the choice that scores the prompt failed")
+                out = replace(out, prompt_logprobs=lps)
             last[c.index], o = out, out.outputs[0]
             reason = o.finish_reason if out.finished else None
             echo_now = echo is not None and first  # the prompt goes first, with its logprobs
@@ -114,6 +135,8 @@ async def choice_events(
                 offset += sum(map(len, lps["tokens"]))
     finally:
         c.stream.abort()
+        if owns and not scored[c.prompt].done():
+            scored[c.prompt].set_result(None)
 
 
 async def stream_events(
@@ -128,10 +151,16 @@ async def stream_events(
     prompt_ids = chat and bool(
         req.return_token_ids
     )  # a chat's prompt ids go with its first chunk that has an output
+    loop = asyncio.get_running_loop()
+    scored = {
+        c.prompt: loop.create_future() for c in choices if c.params.prompt_logprobs is not None
+    }
     try:
         events = merged(
             [
-                choice_events(c, req, chat, echoes[c.prompt] if echoes else None, tokenizer, last)
+                choice_events(
+                    c, req, chat, echoes[c.prompt] if echoes else None, tokenizer, last, scored
+                )
                 for c in choices
             ]
         )
