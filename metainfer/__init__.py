@@ -1,6 +1,23 @@
 __version__ = "0.1.0"
 
-from metainfer.engine.sequence import SamplingParams
-from metainfer.engine.outputs import RequestOutput, CompletionOutput, Logprob
-from metainfer.engine.llm_engine import LLMEngine
-from metainfer.engine.llm import LLM
+# The public names, imported on first use: `metainfer.engine.sequence` (or the server's request
+# parser in a worker process) must not pay for torch and transformers to import.
+_PUBLIC = {
+    "SamplingParams": "metainfer.engine.sequence",
+    "RequestOutput": "metainfer.engine.outputs",
+    "CompletionOutput": "metainfer.engine.outputs",
+    "Logprob": "metainfer.engine.outputs",
+    "LLMEngine": "metainfer.engine.llm_engine",
+    "LLM": "metainfer.engine.llm",
+}
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'metainfer' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value

@@ -117,7 +117,8 @@ def test_body_over_the_limit_is_a_413(engine):
 
 ATTACKER = """
 import sys, time, httpx
-url, body, deadline = sys.argv[1], open(sys.argv[2], "rb").read(), time.monotonic() + 30
+url, body, pause = sys.argv[1], open(sys.argv[2], "rb").read(), float(sys.argv[3])
+deadline = time.monotonic() + 30
 with httpx.Client(timeout=30) as c:
     print("ready", flush=True)
     for _ in range(2000):  # bounded in count and time (the test kills it when done)
@@ -125,11 +126,14 @@ with httpx.Client(timeout=30) as c:
             break
         r = c.post(url, content=body, headers={"content-type": "application/json"})
         assert r.status_code == 400, r.status_code
-        time.sleep(0.2)  # one such body after another (a back-to-back flood: see the report)
+        time.sleep(pause)  # (0: a flood, each body sent as soon as the last one's 400 came)
 """
 
 
-def test_bad_bodies_do_not_stall_other_clients(http, tmp_path):
+@pytest.mark.parametrize("pause", [0.2, 0.0])
+def test_bad_bodies_do_not_stall_other_clients(http, tmp_path, pause):
+    """Large bad bodies one after another (and as a flood) are validated in a worker process: the
+    other clients' requests and `/health` go on at their own pace."""
     small = {"model": "tiny", "prompt": "hello there", "max_tokens": 40, "ignore_eos": True}
 
     def timed(path, **kw) -> float:
@@ -143,13 +147,20 @@ def test_bad_bodies_do_not_stall_other_clients(http, tmp_path):
     body = tmp_path / "bad.json"
     body.write_bytes(BAD_2MB)
     attacker = subprocess.Popen(
-        [sys.executable, "-c", ATTACKER, str(http.base_url).rstrip("/") + CMPL, str(body)],
+        [
+            sys.executable,
+            "-c",
+            ATTACKER,
+            str(http.base_url).rstrip("/") + CMPL,
+            str(body),
+            str(pause),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert attacker.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # (its posts under way)
+        time.sleep(3)  # (its posts under way, the worker process started at the first)
         health = [timed("/health") for _ in range(20)]
         busy = statistics.median(timed(CMPL, json=small) for _ in range(5))
         assert attacker.poll() is None, "the attack must last through the measurements"
@@ -373,3 +384,20 @@ def test_echoed_prompt_logprobs_scored_once(http, engine, stream):
     assert echoed[0][0] is None and None not in echoed[0][1:]
     assert all(e == echoed[0] for e in echoed)
     assert bm.num_cache_hit_tokens - hits >= 3 * 32
+
+
+def test_errors_and_requests_cross_processes():
+    "What the body-validating worker sends back pickles whole: an `OpenAIError`, a request."
+    import pickle
+    from metainfer.entrypoints.openai.protocol import CompletionRequest, OpenAIError, parse_request
+
+    e = pickle.loads(pickle.dumps(OpenAIError("m", 413, "too_big", "prompt", "server_error")))
+    assert (e.message, e.status, e.code, e.param, e.type) == (
+        "m",
+        413,
+        "too_big",
+        "prompt",
+        "server_error",
+    )
+    req = parse_request(CompletionRequest, b'{"prompt": [1, 2], "max_tokens": 3}')
+    assert pickle.loads(pickle.dumps(req)) == req

@@ -236,6 +236,7 @@ def serve_main(args) -> None:
     try:
         server.run(sockets=[sock])
     finally:
+        app.state.metainfer.body_parser.close()
         engine.shutdown()
         engine.engine.shutdown()  # the tensor-parallel workers exit
     print(

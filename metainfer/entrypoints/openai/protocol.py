@@ -37,6 +37,9 @@ class OpenAIError(Exception):
             type,
         )
 
+    def __reduce__(self):  # pickled whole (a worker process validates large bodies)
+        return OpenAIError, (self.message, self.status, self.code, self.param, self.type)
+
     def body(self) -> dict:
         return {
             "error": {

@@ -8,7 +8,10 @@ import asyncio
 import logging
 import secrets
 import uuid
-from dataclasses import dataclass, replace
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, replace
 from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -30,10 +33,39 @@ from .prompts import prompt_chars, prompt_count
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
 
 # %% auto #0
-__all__ = ['MAX_CHOICES', 'ServerState', 'max_token_chars', 'server_state', 'check_api_key', 'read_body', 'read_request',
-           'check_request', 'check_model', 'Choice', 'abort_all', 'submit', 'add_choices']
+__all__ = ['BIG_BODY_BYTES', 'MAX_CHOICES', 'BodyParser', 'ServerState', 'max_token_chars', 'server_state', 'check_api_key',
+           'read_body', 'read_request', 'check_request', 'check_model', 'Choice', 'abort_all', 'submit', 'add_choices']
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c004
+BIG_BODY_BYTES = 256 * 2**10  # larger bodies are validated in a worker process
+
+
+class BodyParser:
+    """Validates request bodies: small ones in a thread, large ones in one worker process (started
+    at the first), so that a flood of large bad bodies takes a core of its own and not the
+    interpreter lock every other request needs."""
+
+    def __init__(self, big: int = BIG_BODY_BYTES):
+        self.big, self.pool = big, None
+
+    async def parse(self, cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
+        if len(body) <= self.big:
+            return await run_in_threadpool(parse_request, cls, body)
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.pool, parse_request, cls, body)
+        except BrokenProcessPool:  # (it ran out of memory, say): the next body gets a new one
+            self.pool = None
+            raise OpenAIError("the request body could not be validated") from None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+        self.pool = None
+
+
 @dataclass
 class ServerState:
     engine: AsyncLLMEngine
@@ -44,6 +76,7 @@ class ServerState:
     reasoning_parser: str | None = None  # one of `REASONING_PARSERS`: chats get `reasoning_content`
     trust_request_chat_template: bool = False  # vLLM's flag: may a request bring its own template?
     max_prompt_chars: int | None = None  # longer text can't fit max_model_len (`max_token_chars`)
+    body_parser: BodyParser = field(default_factory=BodyParser)
 
 
 def max_token_chars(tokenizer) -> int | None:
@@ -96,7 +129,7 @@ async def read_request(request: Request, cls: type[OpenAIModel]):
     event loop, so a large bad body never stalls other clients."""
     st = server_state(request)
     body = await read_body(request, st.max_body_bytes)
-    return st, await run_in_threadpool(parse_request, cls, body)
+    return st, await st.body_parser.parse(cls, body)
 
 
 def check_request(st: ServerState, req) -> None:
