@@ -242,7 +242,11 @@ def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, .
     if last_ids is not None:
         fill_pending(ids, step.pending, last_ids)
     hidden = self.model(ids, positions, meta)
-    logits = self.model.compute_logits(hidden[to_device(step.logit_rows, self.device, torch.long)])
+    if len(step.logit_rows) == len(step.query_lens):  # every row samples: its last token's row
+        rows = meta.cu_seqlens_q[1:].long() - 1  # (on the device already: no copy)
+    else:
+        rows = to_device(step.logit_rows, self.device, torch.long)
+    logits = self.model.compute_logits(hidden[rows])
     if not step.scored:
         return logits, None
     return logits, score_rows(self.model.compute_logits, self.tp.rank, hidden, *step.scored)
