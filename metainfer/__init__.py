@@ -4,6 +4,7 @@ __version__ = "0.1.0"
 # parser in a worker process) must not pay for torch and transformers to import.
 _PUBLIC = {
     "SamplingParams": "metainfer.engine.sequence",
+    "StructuredOutputsParams": "metainfer.engine.structured_outputs",
     "RequestOutput": "metainfer.engine.outputs",
     "CompletionOutput": "metainfer.engine.outputs",
     "Logprob": "metainfer.engine.outputs",

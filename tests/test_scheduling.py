@@ -244,7 +244,7 @@ def test_async_scheduling_launches_before_reading_back(checkpoints):
     """The order: each step launches its batch, then reads back the one launched before it."""
     engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
     order, launch, read_back = [], engine._launch, engine._read_back
-    engine._launch = lambda b: order.append("launch") or launch(b)
+    engine._launch = lambda b, f: order.append("launch") or launch(b, f)
     engine._read_back = lambda s: order.append("read") or read_back(s)
     engine.add_request("a", [1, 2, 3], SamplingParams(temperature=0, max_tokens=3))
     outs = [engine.step() for _ in range(4)]

@@ -10,7 +10,9 @@ from fastcore.basics import patch
 from ..config import EngineConfig, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
-from .sequence import SamplingParams, Sequence
+from .sequence import SamplingParams
+from .admission import admit
+from .structured_outputs import GrammarCompiler, step_bitmask
 from .block_manager import BlockManager
 from .scheduler import Scheduler, ScheduledBatch
 from .logits_processing import LaunchedStep
@@ -59,6 +61,10 @@ class LLMEngine:
         self._token_texts: dict[int, str] = {}  # token id -> its text, for logprobs
         self._by_seq: dict[int, Request] = {}
         self.in_flight: LaunchedStep | None = None  # async scheduling: the step not read back yet
+        # structured outputs' compiler and cache of grammars (llguidance loads at the first)
+        self.grammars = (
+            GrammarCompiler(self.tokenizer, mc.vocab_size) if self.tokenizer is not None else None
+        )
         self._last_read = 0.0
         # steps launched, their time from launch to read-back (overlaps counted once), prompt tokens
         # computed (cache hits not counted; recomputations counted again) and tokens generated
@@ -122,35 +128,16 @@ def add_request(
     params = params or SamplingParams()
     if request_id in self.requests:
         raise ValueError(f"request id {request_id!r} is already in use")
-    if params.n != 1:
-        raise ValueError(
-            "one completion per engine request: "
-            "LLM and the server make n requests (SamplingParams.fan_out)"
-        )
-    if self.tokenizer is None and (isinstance(prompt, str) or params.stop):
-        raise ValueError("this model has no tokenizer: pass token ids, and no stop strings")
-    if isinstance(prompt, str):
-        text, ids = prompt, self.tokenizer(prompt).input_ids
-    else:
-        text, ids = None, list(prompt)
-    if not ids:
-        raise ValueError("the prompt is empty")
-    if any(not 0 <= t < self.model_config.vocab_size for t in ids):
-        raise ValueError(f"prompt token ids must be in [0, {self.model_config.vocab_size})")
-    if any(
-        not 0 <= t < self.model_config.vocab_size
-        for t in [*params.logit_bias, *params.stop_token_ids]
-    ):
-        raise ValueError(
-            "logit_bias and stop_token_ids token ids must be in "
-            f"[0, {self.model_config.vocab_size})"
-        )
-    if len(ids) >= self.max_model_len:
-        raise ValueError(
-            f"prompt of {len(ids)} tokens is too long: max_model_len is {self.max_model_len}, "
-            f"which must leave room for at least one new token"
-        )
-    seq = Sequence(ids, params, self.config.block_size)
+    text, seq = admit(
+        prompt,
+        params,
+        self.tokenizer,
+        self.model_config.vocab_size,
+        self.max_model_len,
+        self.config.block_size,
+        self.grammars,
+    )
+    ids = seq.token_ids
     detok = (
         IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
         if self.tokenizer is not None
@@ -190,16 +177,22 @@ def has_unfinished_requests(self: LLMEngine) -> bool:
 def step(self: LLMEngine) -> list[RequestOutput]:
     """Schedule and launch a batch, read back a launched step: its streamed and finished requests'
     outputs."""
-    batch, launched = self.scheduler.schedule(), None
+    batch, launched, outputs = self.scheduler.schedule(), None, []
     done, self.in_flight = self.in_flight, None
     try:
-        if batch is not None:
-            launched = self._launch(batch)
+        if batch is not None and any(s.masks_tokens for s in batch.sampling):
+            # its mask needs the tokens in flight: read them back while the model runs
+            forwarded = self.runner.forward(batch)
+            outputs, done = (self._read_back(done) if done is not None else []), None
+            bitmask = step_bitmask(batch.sampling, self.model_config.vocab_size)
+            launched = self._launch(batch, lambda: self.runner.sample(forwarded, bitmask))
+        elif batch is not None:
+            launched = self._launch(batch, lambda: self.runner.launch(batch))
         if self.config.async_scheduling:
             self.in_flight = launched  # read back by the next call, after its launch
         else:
             done = launched
-        outputs = self._read_back(done) if done is not None else []
+        outputs += self._read_back(done) if done is not None else []
         # its sequences have all ended: read it back now, not when the next request comes
         if self.in_flight is not None and not self.scheduler.has_unfinished():
             outputs += self._read_back(self.in_flight)
@@ -212,10 +205,10 @@ def step(self: LLMEngine) -> list[RequestOutput]:
 
 
 @patch
-def _launch(self: LLMEngine, batch: ScheduledBatch) -> LaunchedStep:
-    "Queue `batch` on every rank; its sequences wait for their new tokens."
+def _launch(self: LLMEngine, batch: ScheduledBatch, launch) -> LaunchedStep:
+    "Queue `batch` on every rank (`launch()`); its sequences wait for their new tokens."
     with self._naming_dead_workers():
-        launched = self.runner.launch(batch)
+        launched = launch()
     self.stats["steps"] += 1
     self.stats["prefill_tokens"] += batch.num_prefill_tokens
     self.scheduler.launched(batch)

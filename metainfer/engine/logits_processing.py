@@ -4,16 +4,17 @@
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c001
 from __future__ import annotations
-from typing import Callable
+from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 from ..layers.attention import to_device
-from .sampler import token_logprobs, apply_penalties
+from .sampler import sample, token_logprobs, apply_penalties
 from .sequence import SamplingParams, Sequence
 from .scheduler import ScheduledBatch
 
 # %% auto #0
-__all__ = ['SCORE_CHUNK', 'sampling_tensors', 'step_logprobs', 'score_rows', 'LogitsState', 'adjusted_logits', 'LaunchedStep']
+__all__ = ['SCORE_CHUNK', 'sampling_tensors', 'step_logprobs', 'score_rows', 'LogitsState', 'adjusted_logits', 'draw_tokens',
+           'Forwarded', 'LaunchedStep']
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c004
 def sampling_tensors(seqs: list[Sequence], device: torch.device):
@@ -80,15 +81,20 @@ def score_rows(
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c010
 class LogitsState:
-    """One sequence's logits adjustments as tensors on the runner's device, built once (at its first
-    adjusted step): its logit bias, the ids `min_tokens` holds back, its prompt tokens and the
-    counts of its completion's tokens, which each step adds only its new tokens to."""
+    """One sequence's logits adjustments as tensors on the runner's device, built once (at its
+    first adjusted step): its logit bias, its allowed tokens, the ids `min_tokens` holds back, its
+    prompt tokens and the counts of its completion's tokens, which each step adds only its new
+    tokens to."""
 
     def __init__(self, seq: Sequence, V: int, device: torch.device, eos: tuple[int, ...] = ()):
         p, t = seq.params, lambda xs, dtype=torch.long: to_device(list(xs), device, dtype)
         self.bias = (
             (t(p.logit_bias), t(p.logit_bias.values(), torch.float32)) if p.logit_bias else None
         )
+        self.allowed = None  # 0 at the allowed tokens, -inf elsewhere (added to the logits)
+        if p.allowed_token_ids is not None:
+            self.allowed = torch.full((V,), float("-inf"), device=device)
+            self.allowed[t(p.allowed_token_ids)] = 0
         held = {*p.stop_token_ids, *(() if p.ignore_eos else eos)}
         self.held = t(sorted(held)) if p.min_tokens and held else None
         self.prompt = self.counts = None
@@ -137,6 +143,8 @@ def adjusted_logits(
         st = s.logits_state
         if st.bias is not None:
             sub[j].index_add_(0, *st.bias)
+        if st.allowed is not None:
+            sub[j] += st.allowed
         if st.held is not None and len(s.token_ids) - s.num_prompt_tokens < s.params.min_tokens:
             sub[j].index_fill_(0, st.held, float("-inf"))
         if st.counts is not None:
@@ -156,6 +164,39 @@ def adjusted_logits(
         )
     x[at] = sub
     return x
+
+
+def draw_tokens(
+    seqs: list[Sequence],  # one row of `logits` per sequence
+    logits: Tensor,
+    last_token_ids: Tensor | None,  # as `adjusted_logits`'
+    last_rows: dict[int, int],
+    stop_token_ids: tuple[int, ...] = (),
+) -> Tensor:
+    """Each row's next token: from its logits adjusted as its request asks (`adjusted_logits`),
+    greedy or sampled (temperature, min-p, top-k, top-p, seeds)."""
+    params = [s.params for s in seqs]
+    if any(p.adjusts_logits for p in params):
+        logits = adjusted_logits(seqs, logits, last_token_ids, last_rows, stop_token_ids)
+    if all(p.greedy for p in params):
+        return logits.argmax(-1)
+    min_p = [p.min_p for p in params]
+    return sample(
+        logits,
+        *sampling_tensors(seqs, logits.device),
+        filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
+        min_p=to_device(min_p, logits.device, torch.float) if any(min_p) else None,
+    )
+
+
+class Forwarded(NamedTuple):
+    "A step whose model run is queued: the logits its tokens will be drawn from (`runner.sample`)."
+
+    batch: ScheduledBatch
+    logits: Tensor  # one row per sampling sequence, on the device
+    started: float  # when it was launched (`time.perf_counter`)
+    # ([(row, tokens)], `token_logprobs` of those tokens): the prompt logprobs it scored
+    prompt_logprobs: tuple[list[tuple[int, int]], tuple[Tensor, ...]] | None = None
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #c013
 class LaunchedStep:

@@ -16,11 +16,16 @@ from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
 from ..layers.attention import KVPool, make_metadata, to_device
 from ..models.loader import load_weights
-from .sampler import sample
 from .scheduler import ScheduledBatch
 from .step_input import StepInput, step_input, fill_pending
-from .logits_processing import LaunchedStep, adjusted_logits, score_rows
-from .logits_processing import sampling_tensors, step_logprobs
+from metainfer.engine.logits_processing import (
+    Forwarded,
+    LaunchedStep,
+    draw_tokens,
+    score_rows,
+    step_logprobs,
+)
+from .structured_outputs import apply_token_bitmask
 from .cuda_graphs import DecodeGraphs
 from .profile_run import kv_block_budget, profile_memory, warm_up
 
@@ -254,8 +259,7 @@ def execute(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, .
 
 @patch
 def logits(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-    """Rank 0: run `step` on every rank (sending it to the workers); its logits and scores, as
-    `execute`'s."""
+    "Rank 0: run `step` on every rank (sent to the workers); its logits and scores, as `execute`'s."
     if self.tp.size > 1:
         self.tp.control.send(step)
     return self.execute(step)
@@ -263,35 +267,34 @@ def logits(self: ModelRunner, step: StepInput) -> tuple[Tensor, tuple[Tensor, ..
 # %% ../../nbs/engine/13_runner.ipynb #c019
 @patch
 @torch.inference_mode()
-def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
-    "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
-    started, seqs = time.perf_counter(), batch.sampling
-    step = self.prepare(batch)
-    (logits, scores), params, prompt_lps = self.logits(step), [s.params for s in seqs], None
+def forward(self: ModelRunner, batch: ScheduledBatch) -> Forwarded:
+    "Rank 0: queue a step's model run on every rank, without waiting; `sample` draws its tokens."
+    started, seqs = time.perf_counter(), batch.seqs
+    (logits, scores), prompt_lps = self.logits(self.prepare(batch)), None
     if scores is not None:  # each asking row's scored prompt tokens, in order
-        counts = [0] * len(batch.seqs)
-        for i, (s, a, q) in enumerate(zip(batch.seqs, batch.starts, batch.query_lens)):
+        counts = [0] * len(seqs)
+        for i, (s, a, q) in enumerate(zip(seqs, batch.starts, batch.query_lens)):
             if s.prompt_logprobs_due:
                 counts[i] = max(0, min(a + q, s.num_prompt_tokens - 1) - a)
         prompt_lps = ([(i, n) for i, n in enumerate(counts) if n], scores)
-    drawn_from = logits
-    if any(p.adjusts_logits for p in params):
-        drawn_from = adjusted_logits(
-            seqs, logits, self.last_token_ids, self.last_rows, self.stop_token_ids
-        )
-    if all(p.greedy for p in params):
-        ids = drawn_from.argmax(-1)
-    else:
-        ids = sample(
-            drawn_from,
-            *sampling_tensors(seqs, self.device),
-            filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
-        )
-    self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(seqs)}
-    return LaunchedStep(batch, ids, started, step_logprobs(logits, ids, params), prompt_lps)
+    return Forwarded(batch, logits, started, prompt_lps)
 
 
 @patch
-def run(self: ModelRunner, batch: ScheduledBatch) -> list[int]:
-    "Rank 0: run one step on every rank and return each sampling sequence's new token id."
-    return self.launch(batch).token_ids()
+@torch.inference_mode()
+def sample(self: ModelRunner, fwd: Forwarded, bitmask: tuple | None = None) -> LaunchedStep:
+    """Rank 0: queue the drawing of each sampling row's token from `fwd`'s logits; with `bitmask`
+    (`step_bitmask`'s `(rows, bitmask)`), only from the tokens it allows at those rows."""
+    seqs, logits = fwd.batch.sampling, fwd.logits
+    if bitmask is not None:
+        apply_token_bitmask(logits, *bitmask)
+    ids = draw_tokens(seqs, logits, self.last_token_ids, self.last_rows, self.stop_token_ids)
+    self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(seqs)}
+    logprobs = step_logprobs(logits, ids, [s.params for s in seqs])
+    return LaunchedStep(fwd.batch, ids, fwd.started, logprobs, fwd.prompt_logprobs)
+
+
+@patch
+def launch(self: ModelRunner, batch: ScheduledBatch) -> LaunchedStep:
+    "Rank 0: queue one step on every rank, sampling included, without waiting for the GPU."
+    return self.sample(self.forward(batch))

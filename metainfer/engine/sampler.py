@@ -32,12 +32,17 @@ def sample(
     top_p: Tensor,
     generators: list[torch.Generator | None],
     filtered: bool | None = None,
+    min_p: Tensor | None = None,
 ) -> Tensor:
     """One token id per row of `logits` `[B, V]`; rows with temperature 0 are greedy. `filtered`:
-    any row has top-k/p."""
+    any row has top-k/p. `min_p` (vLLM's): after temperature, drop the tokens less likely than
+    `min_p` times the row's likeliest, before top-k/p."""
     logits = logits.float()
     greedy = temperature == 0
     scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
+    if min_p is not None:  # p < min_p * p_max  <=>  logit < max logit + log(min_p)
+        floor = scaled.amax(-1, keepdim=True) + min_p.log()[:, None]
+        scaled = scaled.masked_fill(scaled < floor, float("-inf"))
     if filtered is None:
         filtered = bool(((top_k > 0) | (top_p < 1)).any())  # asking the GPU waits for it: the
     if filtered:

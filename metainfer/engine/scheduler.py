@@ -167,11 +167,14 @@ def launched(self: Scheduler, batch: ScheduledBatch) -> None:
     """The batch's step is on its way: each sequence's tokens count as computed, and each sampling
     one holds the place of the token it will produce."""
     for seq, start, n in zip(batch.seqs, batch.starts, batch.query_lens):
+        if seq.is_finished:  # (read back as it was forwarded: `LLMEngine.step`)
+            continue
         seq.num_computed_tokens = start + n
         if start + n >= seq.num_prompt_tokens:  # (a recomputation needs no prompt logprobs again)
             seq.prompt_logprobs_due = False
     for seq in batch.sampling:
-        seq.append_pending()
+        if not seq.is_finished:
+            seq.append_pending()
 
 # %% ../../nbs/engine/11_scheduler.ipynb #c009
 @patch

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum, auto
 from itertools import count
+from typing import Any
 
 # %% auto #0
 __all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence']
@@ -46,6 +47,11 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
     min_tokens: int = 0  # no end-of-sequence or stop token before this many completion tokens
     n: int = 1  # completions of the prompt (`LLM.generate` and the server make one request each)
+    min_p: float = 0.0  # drop tokens less likely than min_p times the likeliest (after temperature)
+    allowed_token_ids: list[int] | None = None  # only these tokens may be sampled
+    bad_words: list[str] | None = None  # words never generated (each token of them in sequence)
+    # the output must match a grammar (`StructuredOutputsParams`: JSON schema, regex, choice, ...)
+    structured_outputs: Any = None
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -78,6 +84,10 @@ class SamplingParams:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if any(not -100 <= b <= 100 for b in self.logit_bias.values()):
             raise ValueError("logit_bias values must be in [-100, 100]")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.allowed_token_ids is not None and not self.allowed_token_ids:
+            raise ValueError("allowed_token_ids must not be empty")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(
                 f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
@@ -85,13 +95,15 @@ class SamplingParams:
 
     @property
     def adjusts_logits(self) -> bool:
-        "Whether sampling starts from adjusted logits: penalties, a logit bias or a minimum length."
+        """Whether sampling starts from adjusted logits: penalties, a logit bias, a minimum length
+        or allowed tokens."""
         return bool(
             self.presence_penalty
             or self.frequency_penalty
             or self.repetition_penalty != 1
             or self.logit_bias
             or self.min_tokens
+            or self.allowed_token_ids is not None
         )
 
     @property
@@ -146,6 +158,13 @@ class Sequence:
         self.logits_state = None
         # until its first prefill is launched
         self.prompt_logprobs_due = params.prompt_logprobs is not None
+        self.grammar = None  # the engine's `GrammarMatcher` for structured outputs
+        self.bad_word_ids: list[list[int]] = []  # `params.bad_words` as token ids
+
+    @property
+    def masks_tokens(self) -> bool:
+        "Whether its next token's mask depends on the tokens before (known on the host first)."
+        return self.grammar is not None or bool(self.bad_word_ids)
 
     def __len__(self) -> int:
         return len(self.token_ids)  # pending tokens included: they have KV slots
