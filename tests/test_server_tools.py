@@ -23,7 +23,10 @@ TOOLS = [
     },
     {
         "type": "function",
-        "function": {"name": "now", "parameters": {"type": "object", "properties": {}}},
+        "function": {
+            "name": "now",
+            "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+        },
     },
 ]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
@@ -209,11 +212,14 @@ def test_a_tag_in_the_question_is_no_reasoning(served, client):
     ) == ("It is a tag.", None)
 
 
-def test_tool_choice_required_or_named_starts_the_call(served, client):
-    """A named function (or `required`) starts the reply with that call (or a call); the model
-    writes the rest."""
+def test_tool_choice_required_or_named_forces_the_call(served, client):
+    """A named function (or `required`) makes the reply that call (or one of the calls): the
+    model writes it in its own format, under a grammar; the prompt is the one `auto` gets."""
     _, _, tok = served
-    will_write(served, '{"city": "Paris"}}\n</tool_call>')
+    call = lambda name, args: (
+        f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+    )
+    will_write(served, call("get_weather", '{"city": "Paris"}'))
     r = client.chat.completions.create(
         model="tiny",
         messages=ASK,
@@ -225,10 +231,8 @@ def test_tool_choice_required_or_named_starts_the_call(served, client):
         [CALLS[0]],
         "tool_calls",
     )
-    assert tok.decode(r.model_extra["prompt_token_ids"]).endswith(
-        'assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
-    )
-    will_write(served, 'now", "arguments": {}}\n</tool_call>')
+    assert tok.decode(r.model_extra["prompt_token_ids"]).endswith("<|im_start|>assistant\n")
+    will_write(served, call("now", "{}"))
     chunks = list(
         client.chat.completions.create(
             model="tiny", messages=ASK, tools=TOOLS, tool_choice="required", stream=True
@@ -237,17 +241,17 @@ def test_tool_choice_required_or_named_starts_the_call(served, client):
     assert calls_of(
         [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
     ) == [CALLS[1]]
-    will_write(served, '{"city": ')  # arguments that never close stay text: nothing is made up
+    # the model "wants" to call get_weather with no arguments, but only `now` is allowed: the
+    # grammar turns it into a call of `now`, whose arguments parse
+    will_write(served, call("get_weather", "{}"))
     r = client.chat.completions.create(
         model="tiny",
         messages=ASK,
         tools=TOOLS,
+        max_tokens=40,
         tool_choice={"type": "function", "function": {"name": "now"}},
     )
-    assert (r.choices[0].message.tool_calls, r.choices[0].message.content) == (
-        None,
-        '<tool_call>\n{"name": "now", "arguments": {"city": ',
-    )
+    assert calls_of(r.choices[0].message.tool_calls) == [("now", {})]
     with pytest.raises(openai.BadRequestError, match="not one of the tools"):
         client.chat.completions.create(
             model="tiny",
@@ -417,7 +421,7 @@ def test_responses_api_second_turn_and_limits(served, client):
         "max_output_tokens",
         4,
     )
-    will_write(served, '{"city": "Paris"}}\n</tool_call>')
+    will_write(served, '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>')
     forced = client.responses.create(
         model="tiny",
         input="Weather?",

@@ -9,7 +9,6 @@ import logging
 from typing import Any
 import jinja2
 from ...engine.llm import chat_token_ids
-from ..chat_parsing import TOOL_CALL
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     CompletionRequest,
@@ -19,7 +18,7 @@ from metainfer.entrypoints.openai.protocol import (
 
 # %% auto #0
 __all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict',
-           'forced_call', 'chat_prompt']
+           'chat_prompt']
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c017
 def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
@@ -102,23 +101,6 @@ def message_dict(m: ChatMessage) -> dict:
     return d
 
 
-def forced_call(req: ChatCompletionRequest) -> str:
-    """How the reply must start for `tool_choice`: `"required"` opens a call, a named function opens
-    that call ("" for `"auto"` or `"none"`). The model writes the rest: no constrained decoding, so
-    arguments that don't parse stay text."""
-    tc = req.tool_choice
-    if tc in (None, "none", "auto"):
-        return ""
-    if tc == "required":
-        return TOOL_CALL[0] + '\n{"name": "'
-    name = tc.function.name  # (a `NamedToolChoice`: its shape was checked when parsed)
-    if name not in [t.function.name for t in req.tools or []]:
-        raise OpenAIError(
-            f"tool_choice names {name!r}, which is not one of the tools", param="tool_choice"
-        )
-    return TOOL_CALL[0] + '\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
-
-
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     """Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template,
     ready for the assistant."""
@@ -127,8 +109,8 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     if req.tool_choice not in (None, "none") and not req.tools:
         raise OpenAIError("tool_choice needs tools", param="tool_choice")
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    msgs, start = [message_dict(m) for m in req.messages], forced_call(req)
-    if start and req.continue_final_message:
+    msgs = [message_dict(m) for m in req.messages]
+    if req.tool_choice not in (None, "none", "auto") and req.continue_final_message:
         raise OpenAIError(
             "a forced tool_choice can't continue the final message", param="tool_choice"
         )
@@ -147,6 +129,4 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
             "could not apply the chat template to these messages and chat_template_kwargs",
             param="messages",
         ) from None
-    return [
-        ids + (tokenizer(start, add_special_tokens=False).input_ids if start else [])
-    ]  # (the reply's forced start)
+    return [ids]  # (a forced call: the reply's grammar, `tool_call_grammar`)

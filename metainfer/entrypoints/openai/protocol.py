@@ -76,9 +76,10 @@ class SamplingRequest(OpenAIModel):
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=2**31 - 1)
+    min_p: float | None = Field(None, ge=0, le=1)  # vLLM's
     seed: int | None = Field(None, ge=-INT64 - 1, le=INT64)
     stop: str | Items[str] | None = None
     stop_token_ids: Items[int] | None = None
@@ -98,14 +99,18 @@ class SamplingRequest(OpenAIModel):
         None  # vLLM: add prompt and completion token ids to the response
     )
     user: str | None = None
+    allowed_token_ids: Items[int] | None = None  # vLLM's: sample only these
+    bad_words: Items[str] | None = None  # vLLM's: never generate these words
+    # constrained output (`structured_outputs` module): OpenAI's, vLLM's, vLLM's older fields
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: Items[str] | None = None
+    guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
+    guided_decoding_backend: str | None = None  # (one backend: llguidance)
     # vLLM's and OpenAI's fields for what this server doesn't do: a 400 if asked (`UNSUPPORTED`)
-    response_format: Any = None
-    guided_choice: Any = None
-    guided_json: Any = None
-    guided_regex: Any = None
-    guided_grammar: Any = None
-    structured_outputs: Any = None
-    min_p: Any = None
     use_beam_search: Any = None
     prompt_logprobs: Any = None
 
@@ -283,7 +288,7 @@ class ResponsesRequest(OpenAIModel):
     input: Items[InputItem] | str
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     stream: bool | None = None
     tools: Items[FunctionTool] | None = None

@@ -14,9 +14,19 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['chat_request']
+__all__ = ['response_format', 'chat_request']
 
 # %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #c005
+def response_format(req: ResponsesRequest) -> dict | None:
+    """`text.format` as chat's `response_format`: the Responses API spells a JSON schema's name,
+    schema and strictness flat."""
+    fmt = (req.text and req.text.format) or None
+    if fmt is None or fmt.get("type") != "json_schema":
+        return fmt
+    spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     "The chat request a response is made with, or a 400 for what this server doesn't do."
     if req.previous_response_id:
@@ -31,12 +41,6 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             "background responses are not supported",
             code="unsupported_parameter",
             param="background",
-        )
-    if ((req.text and req.text.format) or {}).get("type", "text") != "text":
-        raise OpenAIError(
-            "text.format other than text is not supported",
-            code="unsupported_parameter",
-            param="text",
         )
     messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
 
@@ -105,6 +109,7 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         "tools": tools or None,
         "tool_choice": choice if tools else None,
         "parallel_tool_calls": req.parallel_tool_calls,
+        "response_format": response_format(req),
     }
     try:
         return ChatCompletionRequest.model_validate(fields, strict=False)

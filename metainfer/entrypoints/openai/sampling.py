@@ -26,15 +26,7 @@ def _asked(v: Any) -> bool:
 # field -> whether a value asks for what this server doesn't do (vLLM's neutral values pass)
 UNSUPPORTED = {
     "suffix": _asked,
-    "response_format": lambda v: (
-        v is not None and not (isinstance(v, dict) and v.get("type", "text") == "text")
-    ),  # JSON: constrained decoding
-    "guided_choice": _asked,
-    "guided_json": _asked,
-    "guided_regex": _asked,
-    "guided_grammar": _asked,
-    "structured_outputs": _asked,
-    "min_p": lambda v: v not in (None, 0, 0.0),
+    "guided_decoding_backend": lambda v: v not in (None, "auto", "guidance", "llguidance"),
     "use_beam_search": _asked,
     "prompt_logprobs": lambda v: v is not None,  # (completions: `echo` with `logprobs`)
 }
@@ -162,6 +154,9 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
             min_tokens=req.min_tokens,
             include_stop_str_in_output=req.include_stop_str_in_output,
             skip_special_tokens=req.skip_special_tokens,
+            min_p=req.min_p,
+            allowed_token_ids=req.allowed_token_ids,
+            bad_words=req.bad_words,
         ).items()
         if v is not None
     }

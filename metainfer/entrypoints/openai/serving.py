@@ -30,6 +30,7 @@ from metainfer.entrypoints.openai.sampling import (
     sampling_params,
 )
 from .prompts import prompt_chars, prompt_count
+from .structured_outputs import request_grammars
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
 
 # %% auto #0
@@ -224,6 +225,16 @@ async def add_choices(
     params = [
         sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts
     ]  # every prompt checked first
+    grammars = await run_in_threadpool(
+        request_grammars,
+        req,
+        prompts,
+        st.tokenizer,
+        st.engine.engine.grammars,
+        st.reasoning_parser is not None,
+    )  # compiled off the event loop and the engine's thread
+    if grammars is not None:
+        params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]
     # with a seed, choice j draws with seed + j (as vLLM does): n different samples. Only a
     # prompt's first choice scores the prompt; the others take its logprobs (`with_prompt_logprobs`)
     specs = [

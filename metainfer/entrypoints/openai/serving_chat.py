@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from ...engine.outputs import RequestOutput
 from ..chat_parsing import ChatOutputParser, opens_reasoning
 from .protocol import ChatCompletionRequest
-from .prompts import chat_prompt, forced_call
+from .prompts import chat_prompt
 from metainfer.entrypoints.openai.formatting import (
     usage,
     response_head,
@@ -35,12 +35,9 @@ def output_parser(
 ) -> ChatOutputParser:
     """How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the
     request sends tools."""
-    reasoning, start = (
-        st.reasoning_parser is not None,
-        forced_call(req),
-    )  # (a forced call starts the reply: it reads that first)
+    reasoning = st.reasoning_parser is not None
     parser = ChatOutputParser(
-        reasoning and not start,
+        reasoning,
         tools=bool(req.tools) and req.tool_choice != "none",
         in_reasoning=reasoning
         and (
@@ -48,8 +45,6 @@ def output_parser(
             or opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))
         ),
     )
-    if start:
-        parser.feed(start)
     return parser
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #c01b2e9f
