@@ -1,0 +1,280 @@
+"""Structured outputs on a tiny random-weight Qwen3 (which never writes JSON on its own), sampled at
+temperature 1.0: every output matches its grammar, offline and through the server (streamed and
+not, with the official `openai` client and LangChain), forced tool calls parse and validate, and
+TP=2 gives the same tokens as TP=1."""
+
+import json
+import re
+from typing import Literal
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+from metainfer import LLM, SamplingParams, StructuredOutputsParams
+from metainfer.engine.admission import bad_word_ids
+from metainfer.entrypoints.openai.api_server import ServerThread, build_app
+from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
+
+N = 100  # samples of each grammar
+SCHEMA = {  # nested objects, arrays, enums, required fields, bounded numbers and strings
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "score": {"type": "number", "minimum": -1, "maximum": 1},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+        "address": {
+            "type": "object",
+            "properties": {
+                "city": {"enum": ["Paris", "Rome"]},
+                "zip": {"type": "integer", "minimum": 10000, "maximum": 99999},
+            },
+            "required": ["city", "zip"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "age", "score", "role", "tags", "address"],
+    "additionalProperties": False,
+}
+REGEX = r"[A-Z][a-z]{2,5}-[0-9]{3}(\.[0-9]{1,2})?"
+CHOICE = ["red", "green", "blue", "dark magenta"]
+GRAMMAR = """start: greeting " " name ("," " " name){0,2} "!"
+greeting: "hello" | "hi" | "hey"
+name: /[A-Z][a-z]{1,6}/
+"""
+GRAMMAR_RE = re.compile(r"(hello|hi|hey) [A-Z][a-z]{1,6}(, [A-Z][a-z]{1,6}){0,2}!")
+CASES = {  # kind -> (structured outputs, whether a text is valid)
+    "json": (
+        {"json": SCHEMA, "disable_any_whitespace": True},
+        lambda t: jsonschema.validate(json.loads(t), SCHEMA) is None,
+    ),
+    "regex": ({"regex": REGEX}, lambda t: re.fullmatch(REGEX, t) is not None),
+    "choice": ({"choice": CHOICE}, lambda t: t in CHOICE),
+    "grammar": ({"grammar": GRAMMAR}, lambda t: GRAMMAR_RE.fullmatch(t) is not None),
+}
+
+
+def valid(check, text: str) -> bool:
+    try:
+        return bool(check(text))
+    except (ValueError, jsonschema.ValidationError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def llm(checkpoints):
+    with LLM(str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu") as llm:
+        yield llm
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_offline_outputs_match_their_grammar(llm, kind):
+    so, check = CASES[kind]
+    params = SamplingParams(
+        temperature=1.0, max_tokens=120, structured_outputs=StructuredOutputsParams(**so)
+    )
+    outs = llm.generate(["Answer:"] * N, params, use_tqdm=False)
+    texts = [o.outputs[0].text for o in outs]
+    assert sum(valid(check, t) for t in texts) == N, [t for t in texts if not valid(check, t)]
+    assert all(o.outputs[0].finish_reason == "stop" for o in outs)
+    assert len(set(texts)) > 1  # sampled, not one fixed answer
+
+
+def test_constraints_keep_sampling_options_working(llm):
+    """Seeds, penalties, logprobs and n work under a grammar; logprobs describe the constrained
+    distribution (every alternative reported is an allowed token)."""
+    so = StructuredOutputsParams(choice=["yes", "no", "maybe"])
+    p = SamplingParams(
+        temperature=1.0, seed=7, n=3, logprobs=5, presence_penalty=0.5, structured_outputs=so
+    )
+    a, b = (llm.generate("Well?", p, use_tqdm=False)[0].outputs for _ in range(2))
+    assert [o.text for o in a] == [o.text for o in b] and all(o.text in so.choice for o in a)
+    tok = llm.get_tokenizer()
+    for o in a:
+        first = o.logprobs[0]
+        allowed = [t for t, lp in first.items() if lp.logprob > float("-inf")]
+        assert all(any(c.startswith(tok.decode([t])) for c in so.choice) for t in allowed)
+
+
+def test_min_p_allowed_token_ids_and_bad_words(llm):
+    tok = llm.get_tokenizer()
+    allowed = tok(" red green blue", add_special_tokens=False).input_ids
+    outs = llm.generate(
+        "x", SamplingParams(temperature=1.0, max_tokens=20, allowed_token_ids=allowed, seed=1)
+    )
+    assert set(outs[0].outputs[0].token_ids) <= set(allowed)
+    # min_p=1 keeps only the likeliest token: sampling at any temperature is greedy
+    greedy = llm.generate("x", SamplingParams(temperature=0, max_tokens=12))[0].outputs[0]
+    top = llm.generate("x", SamplingParams(temperature=2.0, min_p=1.0, max_tokens=12))[0]
+    assert top.outputs[0].token_ids == greedy.token_ids
+    banned = tok.decode(greedy.token_ids[2:4])
+    out = llm.generate("x", SamplingParams(temperature=0, max_tokens=12, bad_words=[banned]))[0]
+    ids = out.outputs[0].token_ids
+    for w in bad_word_ids(tok, [banned]):  # no variant of the word appears
+        assert not any(ids[i : i + len(w)] == w for i in range(len(ids))), (w, ids)
+    assert ids != greedy.token_ids
+    with pytest.raises(ValueError, match="min_p"):
+        SamplingParams(min_p=2.5)
+
+
+def test_tp2_gives_the_same_constrained_tokens(checkpoints, llm):
+    so = StructuredOutputsParams(**CASES["json"][0])
+    params = SamplingParams(temperature=1.0, max_tokens=120, seed=3, structured_outputs=so)
+    prompts = ["a", "Some JSON, please:", "x y z"]
+    ref = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    with LLM(
+        str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu", tensor_parallel_size=2
+    ) as tp2:
+        got = [o.outputs[0].token_ids for o in tp2.generate(prompts, params, use_tqdm=False)]
+    assert got == ref
+
+
+@pytest.fixture(scope="module")
+def server(checkpoints):
+    engine = AsyncLLMEngine.from_engine_args(
+        str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu", max_model_len=1024
+    )
+    with ServerThread(build_app(engine, ["tiny"])) as srv:
+        yield srv
+    engine.shutdown()
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+
+
+FIELDS = {  # kind -> vLLM's request fields for it (the newer and the older spelling)
+    "json": [
+        {"structured_outputs": CASES["json"][0]},
+        {"guided_json": SCHEMA},
+    ],
+    "regex": [{"structured_outputs": {"regex": REGEX}}, {"guided_regex": REGEX}],
+    "choice": [{"structured_outputs": {"choice": CHOICE}}, {"guided_choice": CHOICE}],
+    "grammar": [{"structured_outputs": {"grammar": GRAMMAR}}, {"guided_grammar": GRAMMAR}],
+}
+
+
+@pytest.mark.parametrize("kind", CASES)
+def test_server_outputs_match_their_grammar(client, kind):
+    """Chats streamed with vLLM's `structured_outputs`, completions whole with its `guided_*`."""
+    check = CASES[kind][1]
+    new, old = FIELDS[kind]
+    for fields, endpoint, stream in [(new, "chat", True), (old, "completions", False)]:
+        kw = dict(model="tiny", n=N, temperature=1.0, max_tokens=120, extra_body=fields)
+        if endpoint == "chat":
+            r = client.chat.completions.create(
+                messages=[{"role": "user", "content": "Answer."}], stream=stream, **kw
+            )
+        else:
+            r = client.completions.create(prompt="Answer:", stream=stream, **kw)
+        texts = [""] * N
+        for chunk in r if stream else [r]:
+            for c in chunk.choices:
+                if endpoint == "completions":
+                    texts[c.index] += c.text
+                else:
+                    texts[c.index] += (c.delta if stream else c.message).content or ""
+        bad = [t for t in texts if not valid(check, t)]
+        assert not bad, (endpoint, bad[:3])
+
+
+class Weather(BaseModel):
+    city: Literal["Paris", "Rome", "Oslo"]
+    celsius: int = Field(ge=-40, le=50)
+    rain: bool
+    note: str = Field(max_length=8)
+
+
+def test_openai_parse_and_langchain_structured_output(server, client):
+    ask = [{"role": "user", "content": "Weather in Paris, as JSON."}]
+    for _ in range(5):
+        r = client.chat.completions.parse(
+            model="tiny", messages=ask, response_format=Weather, temperature=1.0
+        )
+        assert isinstance(r.choices[0].message.parsed, Weather)
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(base_url=f"{server.url}/v1", api_key="none", model="tiny", temperature=1.0)
+    for method in ("json_schema", "function_calling"):
+        structured = chat.with_structured_output(Weather, method=method)
+        assert all(isinstance(structured.invoke("Weather?"), Weather) for _ in range(3))
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": Weather.model_json_schema() | {"additionalProperties": False},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "book",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "seats": {"type": "integer", "minimum": 1, "maximum": 9},
+                    "class": {"enum": ["economy", "business"]},
+                },
+                "required": ["seats", "class"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+
+
+def test_forced_tool_calls_parse_and_validate(client):
+    "`required` (one of the tools) streamed, a named function whole: 100/100 calls validate."
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    named = {"type": "function", "function": {"name": "book"}}
+    for choice, stream in [("required", True), (named, False)]:
+        r = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Go."}],
+            tools=TOOLS,
+            tool_choice=choice,
+            n=N,
+            temperature=1.0,
+            stream=stream,
+        )
+        calls = [{} for _ in range(N)]
+        for chunk in r if stream else [r]:
+            for c in chunk.choices:
+                for t in (c.delta if stream else c.message).tool_calls or []:
+                    call = calls[c.index].setdefault(getattr(t, "index", 0), ["", ""])
+                    call[0] += t.function.name or ""
+                    call[1] += t.function.arguments or ""
+        names = set()
+        for per_choice in calls:
+            assert len(per_choice) == 1, per_choice
+            name, args = per_choice[0]
+            jsonschema.validate(json.loads(args), schemas[name])
+            names.add(name)
+        assert names == ({"get_weather", "book"} if choice == "required" else {"book"})
+
+
+@pytest.mark.parametrize(
+    "fields, what",
+    [
+        ({"structured_outputs": {"regex": "[0-9"}}, "structured_outputs: the regex grammar"),
+        ({"guided_json": {"type": "object", "properties": 3}}, "guided_json"),
+        ({"response_format": {"type": "json_schema", "json_schema": 5}}, "response_format"),
+        ({"response_format": {"type": "yaml"}}, "'yaml' is not one of"),
+        ({"guided_regex": "a", "guided_choice": ["a"]}, "both constrain"),
+        ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one"),
+        ({"structured_outputs": {"jsn": {}}}, "jsn"),
+        ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
+        ({"min_p": 2.5}, "min_p"),
+        ({"temperature": 3}, "temperature"),
+    ],
+)
+def test_bad_structured_requests_are_400s(client, fields, what):
+    with pytest.raises(openai.BadRequestError, match=re.escape(what)):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], extra_body=fields
+        )
