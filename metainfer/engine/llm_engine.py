@@ -12,7 +12,8 @@ from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
 from .admission import admit
-from .structured_outputs import GrammarCompiler, step_bitmask
+from .structured_outputs import GrammarCompiler
+from .token_masks import step_bitmask
 from .block_manager import BlockManager
 from .scheduler import Scheduler, ScheduledBatch
 from .logits_processing import LaunchedStep
@@ -184,7 +185,7 @@ def step(self: LLMEngine) -> list[RequestOutput]:
             # its mask needs the tokens in flight: read them back while the model runs
             forwarded = self.runner.forward(batch)
             outputs, done = (self._read_back(done) if done is not None else []), None
-            bitmask = step_bitmask(batch.sampling, self.model_config.vocab_size)
+            bitmask = step_bitmask(batch.sampling, self.model_config.vocab_size, self.grammars)
             launched = self._launch(batch, lambda: self.runner.sample(forwarded, bitmask))
         elif batch is not None:
             launched = self._launch(batch, lambda: self.runner.launch(batch))

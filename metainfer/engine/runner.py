@@ -25,7 +25,7 @@ from metainfer.engine.logits_processing import (
     score_rows,
     step_logprobs,
 )
-from .structured_outputs import apply_token_bitmask
+from .token_masks import apply_token_bitmask
 from .cuda_graphs import DecodeGraphs
 from .profile_run import kv_block_budget, profile_memory, warm_up
 
