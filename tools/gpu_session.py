@@ -5,7 +5,7 @@ Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer,
 latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
-deepseek-tp2-latency-ab; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput:
+deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput:
 one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
@@ -586,6 +586,14 @@ def stage_deepseek_tp2():
     )
     if rc == 0:
         stage_deepseek_tp2_latency()
+
+
+def stage_structured():
+    """Issue 24: Qwen3-8B TPOT with and without a JSON-schema constraint at B=1 and B=64, and a
+    50-field schema's compile time."""
+    rc = sh(f"{PY} tools/structured_overhead.py {checkpoint('Qwen3-8B')} --out {RES}", 300)
+    summary.append(f"structured: rc {rc}")
+    keep()
 
 
 if __name__ == "__main__":

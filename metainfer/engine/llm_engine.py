@@ -6,6 +6,7 @@
 from __future__ import annotations
 import time
 from contextlib import contextmanager
+import torch
 from fastcore.basics import patch
 from ..config import EngineConfig, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
@@ -66,6 +67,7 @@ class LLMEngine:
         self.grammars = (
             GrammarCompiler(self.tokenizer, mc.vocab_size) if self.tokenizer is not None else None
         )
+        self._mask_buffer = None  # (pinned) host memory for each step's token bitmask
         self._last_read = 0.0
         # steps launched, their time from launch to read-back (overlaps counted once), prompt tokens
         # computed (cache hits not counted; recomputations counted again) and tokens generated
@@ -110,6 +112,15 @@ class LLMEngine:
         self.workers = None
         destroy_tensor_parallel(self.tp)
         self.tp = ParallelInfo()
+
+    @property
+    def _mask_args(self) -> tuple:
+        "`step_bitmask`'s vocabulary size, grammars and buffer (made at the first use)."
+        if self._mask_buffer is None:
+            shape = (self.config.max_num_seqs, (self.model_config.vocab_size + 31) // 32)
+            pin = self.runner.device.type == "cuda"
+            self._mask_buffer = torch.empty(shape, dtype=torch.int32, pin_memory=pin)
+        return self.model_config.vocab_size, self.grammars, self._mask_buffer
 
     def kv_cache_usage(self) -> float:
         "Fraction of KV blocks in use."
@@ -185,7 +196,7 @@ def step(self: LLMEngine) -> list[RequestOutput]:
             # its mask needs the tokens in flight: read them back while the model runs
             forwarded = self.runner.forward(batch)
             outputs, done = (self._read_back(done) if done is not None else []), None
-            bitmask = step_bitmask(batch.sampling, self.model_config.vocab_size, self.grammars)
+            bitmask = step_bitmask(batch.sampling, *self._mask_args)
             launched = self._launch(batch, lambda: self.runner.sample(forwarded, bitmask))
         elif batch is not None:
             launched = self._launch(batch, lambda: self.runner.launch(batch))
