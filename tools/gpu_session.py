@@ -5,8 +5,8 @@ Stages: env, smoke, smoke-tp2, tp2-twice, nbtest, tiny, qwen8b, hf-compile-peer,
 latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager, tp2, tp2-latency,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
-deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4, deepseek-tp4-throughput:
-one call (570 s) holds about two of them.
+deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
+deepseek-tp4-throughput: one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
