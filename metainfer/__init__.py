@@ -4,6 +4,9 @@ __version__ = "0.1.0"
 # parser in a worker process) must not pay for torch and transformers to import.
 _PUBLIC = {
     "SamplingParams": "metainfer.engine.sequence",
+    "RequestOutputKind": "metainfer.engine.sequence",
+    "TextPrompt": "metainfer.inputs",
+    "TokensPrompt": "metainfer.inputs",
     "RequestOutput": "metainfer.engine.outputs",
     "CompletionOutput": "metainfer.engine.outputs",
     "Logprob": "metainfer.engine.outputs",

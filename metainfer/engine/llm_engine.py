@@ -4,10 +4,13 @@
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #c001
 from __future__ import annotations
+import logging
 import time
-from contextlib import contextmanager
+from dataclasses import replace
+from contextlib import nullcontext
+import torch
 from fastcore.basics import patch
-from ..config import EngineConfig, load_model_config
+from ..config import EngineConfig, generation_defaults, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams, Sequence
@@ -26,11 +29,19 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig):
         self.config = config
+        torch.manual_seed(config.seed)  # vLLM's --seed: unseeded sampling repeats run to run
         self.model_config = mc = load_model_config(config.model)
         self.max_model_len = min(
             config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings
         )
-        self.tokenizer = self._load_tokenizer(config.model)
+        self.tokenizer = self._load_tokenizer(config.tokenizer or config.model)
+        self.generation_defaults = generation_defaults(
+            config
+        )  # sampling fields not given take these
+        if config.trust_remote_code:
+            logging.getLogger("metainfer").warning(
+                "trust_remote_code has no effect: metainfer never runs a checkpoint's code"
+            )
         self.tp, self.workers = start_tensor_parallel(config, mc, self.max_model_len)
         try:
             self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
@@ -133,6 +144,8 @@ def add_request(
         text, ids = prompt, self.tokenizer(prompt).input_ids
     else:
         text, ids = None, list(prompt)
+    if (k := params.truncate_prompt_tokens) is not None:
+        ids = ids[-(self.max_model_len if k == -1 else k) :]  # the last k tokens, as vLLM keeps
     if not ids:
         raise ValueError("the prompt is empty")
     if any(not 0 <= t < self.model_config.vocab_size for t in ids):
@@ -150,10 +163,12 @@ def add_request(
             f"prompt of {len(ids)} tokens is too long: max_model_len is {self.max_model_len}, "
             f"which must leave room for at least one new token"
         )
+    if params.max_tokens is None:  # (vLLM's meaning: up to max_model_len)
+        params = replace(params, max_tokens=self.max_model_len - len(ids))
     seq = Sequence(ids, params, self.config.block_size)
     detok = (
         IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        if self.tokenizer is not None
+        if self.tokenizer is not None and params.detokenize
         else None
     )
     self.requests[request_id] = self._by_seq[seq.seq_id] = Request(
@@ -278,18 +293,6 @@ def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
 
 
 @patch
-@contextmanager
 def _naming_dead_workers(self: LLMEngine):
     "An error caused by a dead tensor-parallel worker becomes a `WorkerDied` naming it."
-    if self.workers is None:
-        yield
-        return
-    self.workers.raise_if_dead()
-    try:
-        yield
-    except Exception:
-        # a collective can fail a moment before the dead worker's exit code is visible
-        for _ in range(50):
-            self.workers.raise_if_dead()
-            time.sleep(0.1)
-        raise  # no worker died: the error is rank 0's own
+    return nullcontext() if self.workers is None else self.workers.naming_the_dead()
