@@ -21,7 +21,7 @@ from ...config import engine_config
 from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ...engine.runner import show_startup_log
-from .cli_args import StartupError, chat_template_of
+from .cli_args import StartupError, chat_template_of, cors_options
 from ..chat_parsing import REASONING_PARSERS
 from .protocol import OpenAIError
 from .engine_loop import AsyncLLMEngine, EngineError
@@ -258,15 +258,8 @@ def serve_main(args) -> None:
         raise
     if args.enable_auto_tool_choice:
         log.info("--enable-auto-tool-choice has no effect: tools in a chat are always parsed")
-    api_key = (
-        args.api_key
-        or os.environ.get("METAINFER_API_KEY")
-        or os.environ.get("VLLM_API_KEY")
-        or None
-    )
-    cors = {"allow_credentials": args.allow_credentials}
-    for flag in ("origins", "methods", "headers"):
-        cors[f"allow_{flag}"] = getattr(args, f"allowed_{flag}")
+    env = os.environ
+    api_key = args.api_key or env.get("METAINFER_API_KEY") or env.get("VLLM_API_KEY") or None
     app = build_app(
         engine,
         names,
@@ -275,7 +268,7 @@ def serve_main(args) -> None:
         trust_request_chat_template=args.trust_request_chat_template,
         chat_template=template,
         log_requests=args.log_requests,
-        cors=cors,
+        cors=cors_options(args),
     )
     host = f"[{args.host}]" if ":" in args.host else args.host
     scheme = "https" if args.ssl_certfile else "http"
@@ -300,8 +293,7 @@ def serve_main(args) -> None:
         app.state.metainfer.body_parser.close()
         engine.shutdown()
         engine.engine.shutdown()  # the tensor-parallel workers exit
-    print(
-        f"metainfer: server stopped{' (the engine died)' if server.exit_code else ''}", flush=True
-    )
+    died = " (the engine died)" if server.exit_code else ""
+    print(f"metainfer: server stopped{died}", flush=True)
     if server.exit_code:
         sys.exit(server.exit_code)

@@ -12,7 +12,8 @@ from ...config import add_engine_args
 from ..chat_parsing import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 # %% auto #0
-__all__ = ['LOG_LEVELS', 'add_serve_args', 'add_vllm_serve_args', 'StartupError', 'check_model_folder', 'chat_template_of']
+__all__ = ['LOG_LEVELS', 'add_serve_args', 'add_vllm_serve_args', 'cors_options', 'StartupError', 'check_model_folder',
+           'chat_template_of']
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c3b720dc
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -115,6 +116,12 @@ def add_vllm_serve_args(p: argparse.ArgumentParser) -> None:
     a("--root-path", default=None, help="the path prefix a proxy in front of the server adds")
     a("--ssl-keyfile", default=None, help="HTTPS: the key file")
     a("--ssl-certfile", default=None, help="HTTPS: the certificate file")
+
+
+def cors_options(args: argparse.Namespace) -> dict:
+    "`CORSMiddleware`'s options from the CORS flags."
+    cors = {f"allow_{k}": getattr(args, f"allowed_{k}") for k in ("origins", "methods", "headers")}
+    return cors | {"allow_credentials": args.allow_credentials}
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #ca01
 class StartupError(Exception):
