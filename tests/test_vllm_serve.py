@@ -4,7 +4,7 @@ one-line errors for a user's mistakes, `/metrics` with vLLM's names and types re
 `prometheus_client`'s parser, `/v1/models/{id}`, `/ping`, and SIGTERM during 32 streams.
 
 Two real servers (the tiny model, CPU) serve the module: `flagged`, started with every flag at once
-(HTTPS among them), and `plain`, with vLLM's defaults, which the last test stops with SIGTERM."""
+(HTTPS among them), and `plain`, with vLLM's defaults, which its SIGTERM test stops."""
 
 import json
 import os
