@@ -5,6 +5,9 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "SamplingParams": "metainfer.engine.sequence",
     "StructuredOutputsParams": "metainfer.engine.structured_outputs",
+    "RequestOutputKind": "metainfer.engine.sequence",
+    "TextPrompt": "metainfer.inputs",
+    "TokensPrompt": "metainfer.inputs",
     "RequestOutput": "metainfer.engine.outputs",
     "CompletionOutput": "metainfer.engine.outputs",
     "Logprob": "metainfer.engine.outputs",

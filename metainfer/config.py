@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 # %% auto #0
-__all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'model_family',
-           'ModelConfig', 'load_model_config', 'arg', 'EngineConfig', 'token_budget', 'add_engine_args',
-           'engine_config']
+__all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
+           'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg', 'EngineConfig',
+           'generation_defaults', 'token_budget', 'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #c005
 ARCHITECTURES: dict[str, str] = {
@@ -113,6 +113,9 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
 SERVE_TOKEN_BUDGET, OFFLINE_TOKEN_BUDGET = 2048, 16384
 KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")  # element-wise, MoE and MLA kernels
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
+# vLLM's --dtype names -> ours
+DTYPES = {"auto": "auto", "half": "float16", "float16": "float16", "bfloat16": "bfloat16"}
+DTYPES |= {"float": "float32", "float32": "float32"}
 
 
 def arg(default: Any, help: str, **flag: Any) -> Any:
@@ -127,14 +130,15 @@ class EngineConfig:
     which kernels."""
 
     model: str  # checkpoint folder (config.json, *.safetensors, tokenizer)
+    tokenizer: str | None = arg(None, "tokenizer folder (default: the model's)")
     tensor_parallel_size: int = arg(1, "ranks each layer is split over", alias="-tp")
     expert_parallel_size: int | None = arg(
         None, "MoE: experts split this many ways (a divisor of TP; default: TP)"
     )
     dtype: str = arg(
         "auto",
-        "auto: the checkpoint's on GPU, float32 on CPU",
-        choices=("auto", "float32", "bfloat16", "float16"),
+        "auto: the checkpoint's on GPU, float32 on CPU (half = float16, float = float32)",
+        choices=tuple(DTYPES),
     )
     device: str = arg("auto", "auto: CUDA if available, else CPU")
     block_size: int = arg(16, "tokens per KV block")
@@ -169,6 +173,13 @@ class EngineConfig:
     )
     pdl: bool = arg(True, "Hopper: Triton kernels launch with programmatic dependent launch")
     seed: int = arg(0, "the engine's base seed")
+    generation_config: str = arg(
+        "auto",
+        "sampling defaults: auto (the model's generation_config.json), vllm (none) or a folder",
+    )
+    trust_remote_code: bool = arg(
+        False, "accepted for vLLM's sake; no effect: no code from a checkpoint is ever run"
+    )
 
     def __post_init__(self):
         if self.tensor_parallel_size < 1:
@@ -177,12 +188,31 @@ class EngineConfig:
             raise ValueError("expert_parallel_size must divide tensor_parallel_size")
         if self.block_size < 1:
             raise ValueError("block_size must be >= 1")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"unknown dtype {self.dtype!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        self.dtype = DTYPES[self.dtype]
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError("max_num_batched_tokens must be >= 1")
+
+
+GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_p")
+
+
+def generation_defaults(config: EngineConfig) -> dict[str, Any]:
+    """The sampling defaults of `generation_config.json`, as vLLM's `--generation-config auto`
+    reads them (`vllm`: none; a folder: its file); a request's own fields win over them."""
+    if config.generation_config == "vllm":
+        return {}
+    folder = config.model if config.generation_config == "auto" else config.generation_config
+    path = Path(folder) / "generation_config.json"
+    if not path.exists():
+        if config.generation_config != "auto":
+            raise FileNotFoundError(f"--generation-config: no generation_config.json in {folder}")
+        return {}
+    hf = json.loads(path.read_text())
+    return {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
 
 
 def token_budget(config: EngineConfig, max_model_len: int) -> int:

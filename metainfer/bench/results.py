@@ -16,7 +16,7 @@ from .common import Card
 
 # %% auto #0
 __all__ = ['add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment', 'gpu_memory_used',
-           'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'print_summary']
+           'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'summary_line', 'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #c005
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -29,15 +29,22 @@ def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> Non
 
 def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     "The checkpoint, the engine's flags (with the engine's defaults) and `--out`/`--name`."
-    parser.add_argument("model", help="checkpoint folder (config.json, *.safetensors, tokenizer)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="checkpoint folder (config.json, *.safetensors, tokenizer; default: the embedded "
+        "tiny random model)",
+    )
     add_engine_args(parser)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")
 
 
 def start_engine(args: argparse.Namespace):
-    "The `LLM` of the parsed engine flags, on `args.model`."
+    "The `LLM` of the parsed engine flags, on `args.model` (if not given: the embedded model)."
     from metainfer import LLM
+    from metainfer.testing import default_model_dir
 
+    args.model = args.model or str(default_model_dir())
     return LLM(**asdict(engine_config(args, args.model)))
 
 # %% ../../nbs/bench/18aa_results.ipynb #c010
@@ -156,8 +163,31 @@ def plot_bars(
     plt.close(fig)
 
 
+def summary_line(res: dict) -> str:
+    "A result's headline in one line: what ran, and its main figures."
+    m, e = res["metainfer"], res["engine"]
+    head = f"{res['mode']}: {res['model']['architecture']}, TP {e['tensor_parallel_size']}, "
+    head += f"{e['dtype'].replace('torch.', '')}: "
+    if res["mode"] == "latency":
+        return head + (
+            f"{m['decode_tokens_per_s']:.1f} decode tokens/s, TTFT {m['ttft_s'] * 1e3:.1f} ms, "
+            f"TPOT {m['tpot_s'] * 1e3:.2f} ms (batch {m['batch']}, {m['input_len']} in, "
+            f"{m['output_len']} out)"
+        )
+    if res["mode"] == "throughput":
+        return head + (
+            f"{m['output_tokens_per_s']:.1f} output tokens/s ({m['num_seqs']} sequences in "
+            f"{m['elapsed_s']:.1f} s)"
+        )
+    a = res.get("agreement") or {}
+    return head + (
+        f"top-1 agreement {a.get('agreement', 0):.4f} over {a.get('compared')} of "
+        f"{a.get('positions')} positions against {res.get('against')}"
+    )
+
+
 def print_summary(res: dict) -> None:
-    "The scalars of a result, as JSON on stdout."
+    "The scalars of a result, as JSON on stdout, then `summary_line`."
     summary = {k: v for k, v in res["metainfer"].items() if not isinstance(v, list)}
     print(
         json.dumps(
@@ -174,3 +204,4 @@ def print_summary(res: dict) -> None:
             indent=1,
         )
     )
+    print(summary_line(res))

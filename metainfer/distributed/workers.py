@@ -5,9 +5,11 @@
 # %% ../../nbs/distributed/13a_workers.ipynb #c001
 from __future__ import annotations
 import logging
+from contextlib import contextmanager
 import os
 import sys
 import threading
+import time
 import multiprocessing as mp
 import torch
 from ..config import EngineConfig, ModelConfig
@@ -135,6 +137,19 @@ class WorkerGroup:
         for rank, p in enumerate(self.procs, 1):
             if p.exitcode is not None:
                 raise WorkerDied(f"tensor-parallel worker rank {rank} exited (code {p.exitcode})")
+
+    @contextmanager
+    def naming_the_dead(self):
+        "An error caused by a dead worker becomes a `WorkerDied` naming it."
+        self.raise_if_dead()
+        try:
+            yield
+        except Exception:
+            # a collective can fail a moment before the dead worker's exit code is visible
+            for _ in range(50):
+                self.raise_if_dead()
+                time.sleep(0.1)
+            raise  # no worker died: the error is rank 0's own
 
     def stop(self, timeout: float = 10) -> None:
         "Wait for workers to exit (after they were told to), then make sure they do."

@@ -38,7 +38,8 @@ class BlockManager:
         # least recently freed first
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[bytes, int] = {}  # block hash -> block id
-        self.num_cache_hit_tokens = 0  # prompt tokens served from cache
+        # prompt tokens looked up in the cache, and found there (vLLM's prefix_cache_queries, hits)
+        self.num_cache_query_tokens = self.num_cache_hit_tokens = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -84,6 +85,7 @@ def allocate(self: BlockManager, seq: Sequence) -> None:
     assert not seq.block_table, f"sequence {seq.seq_id} already has blocks"
     # (hits would skip prompt logits)
     h, hitting = None, self.enable_prefix_caching and not seq.prompt_logprobs_due
+    self.num_cache_query_tokens += len(seq.token_ids) if hitting else 0
     for i in range(seq.num_blocks):
         ids = seq.block(i)
         full = len(ids) == self.block_size

@@ -9,12 +9,13 @@ from itertools import count
 from typing import Iterator
 from tqdm.auto import tqdm
 from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
-from .sequence import SamplingParams
+from ..inputs import PromptType, prompt_list
+from .sequence import RequestOutputKind, SamplingParams
 from .outputs import CompletionOutput, RequestOutput
 from .llm_engine import LLMEngine
 
 # %% auto #0
-__all__ = ['chat_token_ids', 'LLM']
+__all__ = ['chat_token_ids', 'default_sampling_params', 'as_delta', 'LLM']
 
 # %% ../../nbs/engine/14a_llm.ipynb #97a4d0e0
 def chat_token_ids(
@@ -44,6 +45,25 @@ def chat_token_ids(
     )
     return tokenizer(text, add_special_tokens=False).input_ids
 
+# %% ../../nbs/engine/14a_llm.ipynb #dsp1
+def default_sampling_params(defaults: dict) -> SamplingParams:
+    "`SamplingParams()` with `defaults` (generation_config.json's) for the fields it has."
+    have = set(SamplingParams.__dataclass_fields__)
+    return SamplingParams(**{k: v for k, v in defaults.items() if k in have})
+
+
+def as_delta(out: RequestOutput, seen: dict) -> RequestOutput:
+    """`out` with each completion cut to what is new since the last call (vLLM's `DELTA`); `seen`
+    keeps how far each was read."""
+    outs = []
+    for c in out.outputs:
+        key = (out.request_id, c.index)
+        chars, toks = seen.get(key, (0, 0))
+        seen[key] = (len(c.text), len(c.token_ids))
+        lps = None if c.logprobs is None else c.logprobs[toks:]
+        outs.append(replace(c, text=c.text[chars:], token_ids=c.token_ids[toks:], logprobs=lps))
+    return replace(out, outputs=outs)
+
 # %% ../../nbs/engine/14a_llm.ipynb #c015
 class LLM:
     "Offline inference: `LLM(model_dir).generate(prompts, SamplingParams(...))`."
@@ -69,8 +89,17 @@ class LLM:
         )
         self._ids = count()
 
+    @property
+    def llm_engine(self) -> LLMEngine:
+        "vLLM's name for the engine."
+        return self.engine
+
     def get_tokenizer(self):
         return self.engine.tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        "`SamplingParams()` with the model's generation_config.json defaults (vLLM's `auto`)."
+        return default_sampling_params(self.engine.generation_defaults)
 
     def shutdown(self) -> None:
         """Stop tensor-parallel workers; also done when the `LLM` is garbage-collected or leaves a
@@ -87,15 +116,14 @@ class LLM:
         if "engine" in self.__dict__:
             self.engine.shutdown()
 
-    def _submit(self, prompts, sampling_params, stream: bool) -> list[list[str]]:
+    def _submit(self, prompts, sampling_params, stream: bool):
         """Add one engine request per completion (`n` per prompt); returns their ids, a list per
-        prompt."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        prompt, and each prompt's `SamplingParams`."""
+        prompts = prompt_list(prompts)
         params = (
             sampling_params
             if isinstance(sampling_params, list)
-            else [sampling_params or SamplingParams()] * len(prompts)
+            else [sampling_params or self.get_default_sampling_params()] * len(prompts)
         )
         if len(params) != len(prompts):
             raise ValueError("need one SamplingParams per prompt, or one for all")
@@ -105,11 +133,12 @@ class LLM:
             groups.append([rid] if sp.n == 1 else [f"{rid}-{j}" for j in range(sp.n)])
             try:
                 for member, q in zip(groups[-1], sp.fan_out()):
-                    self.engine.add_request(member, p, q, stream)
+                    final_only = sp.output_kind == RequestOutputKind.FINAL_ONLY
+                    self.engine.add_request(member, p, q, stream and not final_only)
             except ValueError as e:
                 self._abort(groups)
                 raise ValueError(f"prompt {i}: {e}") from None
-        return groups
+        return groups, params
 
     def _abort(self, groups: list[list[str]]) -> None:
         for rid in (r for g in groups for r in g):
@@ -138,9 +167,10 @@ class LLM:
 
     def stream(self, prompts, sampling_params=None) -> Iterator[RequestOutput]:
         """Submit `prompts`; yield a prompt's output (all its `n` completions) each time one of them
-        advances."""
-        groups = self._submit(prompts, sampling_params, stream=True)
-        group_of, latest = {r: tuple(g) for g in groups for r in g}, {}
+        advances: all so far, only what is new, or only the last (`SamplingParams.output_kind`)."""
+        groups, params = self._submit(prompts, sampling_params, stream=True)
+        group_of, latest, seen = {r: tuple(g) for g in groups for r in g}, {}, {}
+        kind_of = {tuple(g): sp.output_kind for g, sp in zip(groups, params)}
         try:
             while self.engine.has_unfinished_requests():
                 advanced = {}  # (a prompt's output once a step, however many of its `n` advanced)
@@ -148,18 +178,23 @@ class LLM:
                     latest[out.request_id] = out
                     # (or another caller's)
                     advanced.setdefault(group_of.get(out.request_id, (out.request_id,)), None)
-                yield from (self._merged(list(g), latest) for g in advanced)
+                for g in advanced:
+                    out, kind = self._merged(list(g), latest), kind_of.get(g)
+                    if kind == RequestOutputKind.DELTA:
+                        yield as_delta(out, seen)
+                    elif kind != RequestOutputKind.FINAL_ONLY or out.finished:
+                        yield out
         finally:
             self._abort(groups)  # a consumer that stops early leaves nothing queued
 
     def generate(
         self,
-        prompts: str | list[str] | list[int] | list[list[int]],
+        prompts: PromptType | list[PromptType],  # text, token ids, `TextPrompt`s, `TokensPrompt`s
         sampling_params=None,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
         "Complete every prompt (`n` times, with `SamplingParams(n=...)`); outputs in prompt order."
-        groups = self._submit(prompts, sampling_params, stream=False)
+        groups, _ = self._submit(prompts, sampling_params, stream=False)
         done: dict[str, RequestOutput] = {}
         try:
             with tqdm(total=sum(map(len, groups)), desc="generating", disable=not use_tqdm) as bar:

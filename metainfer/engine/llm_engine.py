@@ -4,11 +4,12 @@
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #c001
 from __future__ import annotations
+import logging
 import time
-from contextlib import contextmanager
+from contextlib import nullcontext
 import torch
 from fastcore.basics import patch
-from ..config import EngineConfig, load_model_config
+from ..config import EngineConfig, generation_defaults, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
@@ -30,11 +31,19 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig):
         self.config = config
+        torch.manual_seed(config.seed)  # vLLM's --seed: unseeded sampling repeats run to run
         self.model_config = mc = load_model_config(config.model)
         self.max_model_len = min(
             config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings
         )
-        self.tokenizer = self._load_tokenizer(config.model)
+        self.tokenizer = self._load_tokenizer(config.tokenizer or config.model)
+        self.generation_defaults = generation_defaults(
+            config
+        )  # sampling fields not given take these
+        if config.trust_remote_code:
+            logging.getLogger("metainfer").warning(
+                "trust_remote_code has no effect: metainfer never runs a checkpoint's code"
+            )
         self.tp, self.workers = start_tensor_parallel(config, mc, self.max_model_len)
         try:
             self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
@@ -149,10 +158,10 @@ def add_request(
         self.config.block_size,
         self.grammars,
     )
-    ids = seq.token_ids
+    ids, params = seq.token_ids, seq.params
     detok = (
         IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        if self.tokenizer is not None
+        if self.tokenizer is not None and params.detokenize
         else None
     )
     self.requests[request_id] = self._by_seq[seq.seq_id] = Request(
@@ -283,18 +292,6 @@ def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
 
 
 @patch
-@contextmanager
 def _naming_dead_workers(self: LLMEngine):
     "An error caused by a dead tensor-parallel worker becomes a `WorkerDied` naming it."
-    if self.workers is None:
-        yield
-        return
-    self.workers.raise_if_dead()
-    try:
-        yield
-    except Exception:
-        # a collective can fail a moment before the dead worker's exit code is visible
-        for _ in range(50):
-            self.workers.raise_if_dead()
-            time.sleep(0.1)
-        raise  # no worker died: the error is rank 0's own
+    return nullcontext() if self.workers is None else self.workers.naming_the_dead()

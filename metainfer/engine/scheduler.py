@@ -4,6 +4,7 @@
 
 # %% ../../nbs/engine/11_scheduler.ipynb #c001
 from __future__ import annotations
+import time
 from collections import deque
 from dataclasses import dataclass
 from fastcore.basics import patch
@@ -98,6 +99,7 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
             break
         self.bm.allocate(seq)
         seq.status = SequenceStatus.RUNNING
+        seq.first_scheduled_time = seq.first_scheduled_time or time.monotonic()
         self.running.append(self.waiting.popleft())
         budget -= self._chunk(seq, budget, rows)
     if not rows:

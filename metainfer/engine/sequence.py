@@ -10,9 +10,17 @@ from itertools import count
 from typing import Any
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'SamplingParams', 'SequenceStatus', 'Sequence']
+__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'RequestOutputKind', 'SamplingParams', 'SequenceStatus', 'Sequence']
 
 # %% ../../nbs/engine/10_sequence.ipynb #c004
+class RequestOutputKind(Enum):
+    "vLLM's: what each output of a streamed request holds."
+
+    CUMULATIVE = 0  # everything so far
+    DELTA = 1  # only what is new since the last output
+    FINAL_ONLY = 2  # nothing until the request finishes
+
+
 MAX_LOGPROBS = 20  # alternatives a request may ask for at each position (vLLM's default limit)
 SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's rule): logits / 1e-40 overflow
 
@@ -24,7 +32,7 @@ class SamplingParams:
     temperature: float = 1.0  # 0 (or below `SAMPLING_EPS`) means greedy
     top_p: float = 1.0  # keep the smallest set of tokens whose probability reaches top_p
     top_k: int = -1  # keep the k most likely tokens; -1 (or 0) keeps all
-    max_tokens: int = 16  # completion tokens at most
+    max_tokens: int | None = 16  # completion tokens at most (None: up to max_model_len)
     seed: int | None = None  # per-request seed: same seed, same prompt, same tokens
     stop: str | list[str] | None = None  # stop strings (not included in the output text)
     stop_token_ids: list[int] = field(default_factory=list)
@@ -52,6 +60,9 @@ class SamplingParams:
     bad_words: list[str] | None = None  # words never generated (each token of them in sequence)
     # the output must match a grammar (`StructuredOutputsParams`: JSON schema, regex, choice, ...)
     structured_outputs: Any = None
+    truncate_prompt_tokens: int | None = None  # keep only the prompt's last k tokens (-1: max_len)
+    detokenize: bool = True  # False: token ids only, the text stays ""
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE  # what `LLM.stream` yields
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -70,8 +81,12 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:
             raise ValueError(f"top_k must be -1 (all) or a positive count, got {self.top_k}")
-        if self.max_tokens < 1:
+        if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if (k := self.truncate_prompt_tokens) is not None and not (k == -1 or k >= 1):
+            raise ValueError(f"truncate_prompt_tokens must be -1 or >= 1, got {k}")
+        if self.stop and not self.detokenize:
+            raise ValueError("stop strings need detokenize=True")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         for name in ("logprobs", "prompt_logprobs"):
@@ -88,7 +103,7 @@ class SamplingParams:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.allowed_token_ids is not None and not self.allowed_token_ids:
             raise ValueError("allowed_token_ids must not be empty")
-        if not 0 <= self.min_tokens <= self.max_tokens:
+        if not 0 <= self.min_tokens <= (self.max_tokens or self.min_tokens):
             raise ValueError(
                 f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
             )
@@ -147,6 +162,7 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
         self.num_cached_tokens = 0  # leading tokens found in the prefix cache at admission
+        self.first_scheduled_time: float | None = None  # (time.monotonic) its first admission
         # tokens whose KV is in the pool or on its way (launched steps'; cache hits included)
         self.num_computed_tokens = 0
         self.block_table: list[int] = []

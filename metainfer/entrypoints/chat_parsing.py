@@ -8,12 +8,13 @@ import json
 import uuid
 
 # %% auto #0
-__all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'partial_tag', 'opens_reasoning', 'parse_tool_call', 'ChatOutputParser',
-           'parse_chat_output']
+__all__ = ['THINK', 'TOOL_CALL', 'TOOL_CALL_PARSERS', 'REASONING_PARSERS', 'partial_tag', 'opens_reasoning', 'parse_tool_call',
+           'ChatOutputParser', 'parse_chat_output']
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #5dc40e8a
 THINK = ("<think>", "</think>")
 TOOL_CALL = ("<tool_call>", "</tool_call>")
+TOOL_CALL_PARSERS = ("hermes",)  # vLLM's names of the tool-call formats read here (Qwen's)
 REASONING_PARSERS = (
     "qwen3",
     "deepseek_r1",

@@ -8,11 +8,11 @@ import argparse
 import sys
 import time
 from ..config import add_engine_args, engine_config
-from .openai.cli_args import add_serve_args
+from .openai.cli_args import StartupError, add_serve_args, check_model_folder
 from ..bench import add_bench_parsers
 
 # %% auto #0
-__all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'build_parser', 'main']
+__all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser', 'build_parser', 'main']
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #dd410fd2
 def generate_main(args) -> None:
@@ -80,16 +80,28 @@ def serve_cmd(args) -> None:
 
 def add_serve_parser(sub) -> None:
     s = sub.add_parser(
-        "serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)"
+        "serve",
+        help="OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, "
+        "/v1/responses, /v1/models, /tokenize, /detokenize, /health, /ping, /metrics, /version",
     )
     add_serve_args(s)
     s.set_defaults(func=serve_cmd)
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #1a1a7000
+class OneLineParser(argparse.ArgumentParser):
+    "argparse whose errors are one line on stderr (the usage is a `--help` away), exit code 2."
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from metainfer import __version__
+
+    p = OneLineParser(
         prog="metainfer", description="metainfer: a small, readable, fast LLM inference engine"
     )
+    p.add_argument("--version", action="version", version=f"metainfer {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     add_generate_parser(sub)
     add_serve_parser(sub)
@@ -108,4 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     install_stack_dumps()
     if args.command == "generate" and not args.prompt:
         args.prompt = ["The path of a token through an inference engine", "Hello, my name is"]
-    args.func(args)
+    try:
+        if getattr(args, "model", None):
+            check_model_folder(args.model)
+        args.func(args)
+    except (StartupError, FileNotFoundError, ValueError) as e:
+        if getattr(args, "log_level", None) == "debug":
+            raise
+        sys.exit(f"metainfer: error: {e}")

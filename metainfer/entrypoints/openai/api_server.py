@@ -4,19 +4,24 @@
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #1c911ce4
 from __future__ import annotations
+import errno
 import logging
 import os
 import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...config import engine_config
 from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
+from ...engine.runner import show_startup_log
+from .cli_args import StartupError, chat_template_of, cors_options
 from ..chat_parsing import REASONING_PARSERS
 from .protocol import OpenAIError
 from .engine_loop import AsyncLLMEngine, EngineError
@@ -25,10 +30,12 @@ from .serving_completion import completions
 from .serving_chat import chat_completions
 from .serving_responses import responses
 from .serving_tokens import tokenize, detokenize
-from .serving_status import health, models, metrics, version
+from .serving_status import health, models, model, metrics, version
+from .metrics import ServerMetrics
 
 # %% auto #0
-__all__ = ['http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'engine_server', 'serve_main']
+__all__ = ['CORS_DEFAULTS', 'http_error', 'internal_error', 'build_app', 'bind_socket', 'ServerThread', 'engine_server', 'listen',
+           'serve_main']
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #c053
 def http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -46,6 +53,9 @@ def internal_error(request: Request, e: Exception) -> JSONResponse:
     ).response()
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #97eec1be
+CORS_DEFAULTS = {"allow_origins": ["*"], "allow_methods": ["*"], "allow_headers": ["*"]}
+
+
 def build_app(
     engine: AsyncLLMEngine,  # the engine thread to serve
     served_model_names: list[str]
@@ -55,6 +65,9 @@ def build_app(
     reasoning_parser: str
     | None = None,  # "qwen3" or "deepseek_r1": chats split off `reasoning_content`
     trust_request_chat_template: bool = False,  # vLLM's flag: else a request's template is a 400
+    chat_template: str | None = None,  # replaces the tokenizer's (`--chat-template`)
+    log_requests: bool = False,  # log each request (`--enable-log-requests`)
+    cors: dict | None = None,  # `CORSMiddleware`'s options (default: any origin, no credentials)
 ) -> FastAPI:
     "The FastAPI app serving `engine` under OpenAI's routes."
     import copy
@@ -64,19 +77,28 @@ def build_app(
             f"unknown reasoning parser {reasoning_parser!r}; choose from {REASONING_PARSERS}"
         )
     app = FastAPI(title="metainfer", version="1", docs_url=None, redoc_url=None)
+    app.add_middleware(CORSMiddleware, **(CORS_DEFAULTS | (cors or {})))
     tokenizer = copy.deepcopy(engine.tokenizer)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     longest = max_token_chars(tokenizer)
-    app.state.metainfer = ServerState(
+    names = list(served_model_names or [engine.engine.config.model])
+    app.state.metainfer = st = ServerState(
         engine,
         tokenizer,
-        list(served_model_names or [engine.engine.config.model]),
+        names,
         api_key,
         max_body_bytes,
         reasoning_parser,
         trust_request_chat_template,
         None if longest is None else longest * engine.max_model_len,
+        sampling_defaults=engine.engine.generation_defaults,
+        log_requests=log_requests,
+        metrics=ServerMetrics(names[0], engine.max_model_len),
     )
+    engine.observers.append(st.metrics)
     app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/ping", health, methods=["GET", "POST"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
     app.add_api_route("/version", version, methods=["GET"])
     app.add_api_route(
@@ -87,6 +109,7 @@ def build_app(
     )
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
     v1.add_api_route("/models", models, methods=["GET"])
+    v1.add_api_route("/models/{model_id:path}", model, methods=["GET"])
     v1.add_api_route("/completions", completions, methods=["POST"])
     v1.add_api_route("/chat/completions", chat_completions, methods=["POST"])
     v1.add_api_route("/responses", responses, methods=["POST"])
@@ -204,34 +227,65 @@ def engine_server(config, engine: AsyncLLMEngine, shutdown_timeout: float = 30):
     return EngineServer(config)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    "`bind_socket`, with a port in use as a `StartupError` that says what to do."
+    try:
+        return bind_socket(host, port)
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE:
+            raise
+        raise StartupError(
+            f"port {port} on {host} is already in use: stop what listens there, or pick "
+            "another port with --port (--port 0: any free one)"
+        ) from None
+
+
 def serve_main(args) -> None:
     "Run the OpenAI-compatible server in the foreground (the `metainfer serve` subcommand)."
     import uvicorn
 
+    log = logging.getLogger("metainfer")
+    show_startup_log()
+    log.setLevel(args.log_level.upper())
     model = str(args.model or default_model_dir())
-    engine = AsyncLLMEngine(LLMEngine(engine_config(args, model)))
-    api_key = (
-        args.api_key
-        or os.environ.get("METAINFER_API_KEY")
-        or os.environ.get("VLLM_API_KEY")
-        or None
-    )
+    names = args.served_model_name or [args.model or Path(model).name]
+    template = chat_template_of(args.chat_template)
+    sock = listen(args.host, args.port)  # before the model loads: a port in use fails at once
+    try:
+        engine = AsyncLLMEngine(LLMEngine(engine_config(args, model)))
+    except BaseException:
+        sock.close()
+        raise
+    if args.enable_auto_tool_choice:
+        log.info("--enable-auto-tool-choice has no effect: tools in a chat are always parsed")
+    env = os.environ
+    api_key = args.api_key or env.get("METAINFER_API_KEY") or env.get("VLLM_API_KEY") or None
     app = build_app(
         engine,
-        args.served_model_name or [model],
+        names,
         api_key,
         reasoning_parser=args.reasoning_parser,
         trust_request_chat_template=args.trust_request_chat_template,
+        chat_template=template,
+        log_requests=args.log_requests,
+        cors=cors_options(args),
     )
-    sock = bind_socket(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
+    scheme = "https" if args.ssl_certfile else "http"
     print(
         f"metainfer: serving {model} as {app.state.metainfer.model_names} on "
-        f"http://{host}:{sock.getsockname()[1]} (max_model_len {engine.max_model_len}, "
+        f"{scheme}://{host}:{sock.getsockname()[1]} (max_model_len {engine.max_model_len}, "
         f"{engine.engine.runner.num_kv_blocks} KV blocks{', API key required' if api_key else ''})",
         flush=True,
     )
-    config = uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        log_level=args.uvicorn_log_level or args.log_level,
+        timeout_graceful_shutdown=5,
+        root_path=args.root_path or "",  # (a request's path may then start with it, or not)
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_certfile=args.ssl_certfile,
+    )
     server = engine_server(config, engine, args.shutdown_timeout)
     try:
         server.run(sockets=[sock])
@@ -239,8 +293,7 @@ def serve_main(args) -> None:
         app.state.metainfer.body_parser.close()
         engine.shutdown()
         engine.engine.shutdown()  # the tensor-parallel workers exit
-    print(
-        f"metainfer: server stopped{' (the engine died)' if server.exit_code else ''}", flush=True
-    )
+    died = " (the engine died)" if server.exit_code else ""
+    print(f"metainfer: server stopped{died}", flush=True)
     if server.exit_code:
         sys.exit(server.exit_code)

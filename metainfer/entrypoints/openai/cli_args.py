@@ -5,13 +5,20 @@
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #132b6648
 from __future__ import annotations
 import argparse
+import json
+import re
+from pathlib import Path
 from ...config import add_engine_args
-from ..chat_parsing import REASONING_PARSERS
+from ..chat_parsing import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 # %% auto #0
-__all__ = ['add_serve_args']
+__all__ = ['LOG_LEVELS', 'add_serve_args', 'add_vllm_serve_args', 'cors_options', 'StartupError', 'check_model_folder',
+           'chat_template_of']
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c3b720dc
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
+
+
 def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     "The flags of `metainfer serve`: the model, the server's own flags, then `add_engine_args`."
     p.add_argument(
@@ -32,7 +39,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--served-model-name",
         nargs="+",
         default=None,
-        help="model name(s) clients use (default: the model path)",
+        help="model name(s) clients use (default: the model argument as given)",
     )
     p.add_argument(
         "--reasoning-parser",
@@ -54,6 +61,93 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT, seconds the requests in flight get to finish (new ones: 503)",
     )
     p.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="metainfer's log; debug: also a traceback for a start-up error",
     )
+    add_vllm_serve_args(p)
     return add_engine_args(p)
+
+
+def add_vllm_serve_args(p: argparse.ArgumentParser) -> None:
+    "The rest of `vllm serve`'s server flags, with its names and meanings."
+    a = p.add_argument
+    a(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="accepted (vLLM's flag): a chat that sends tools always has its calls parsed",
+    )
+    a(
+        "--tool-call-parser",
+        default="hermes",
+        choices=TOOL_CALL_PARSERS,
+        help="how tool calls are read from a reply (hermes: Qwen's <tool_call>{json}</tool_call>)",
+    )
+    a(
+        "--chat-template",
+        default=None,
+        help="the chat template: a file, or the Jinja template itself (default: the tokenizer's)",
+    )
+    a(
+        "--enable-log-requests",
+        dest="log_requests",
+        action="store_true",
+        default=False,
+        help="log each request's id, prompt length and sampling parameters",
+    )
+    a(
+        "--disable-log-requests",
+        dest="log_requests",
+        action="store_false",
+        default=False,
+        help="do not log requests (the default; vLLM's older flag)",
+    )
+    a(
+        "--uvicorn-log-level",
+        default=None,
+        choices=[*LOG_LEVELS, "trace"],
+        help="uvicorn's log (default: --log-level)",
+    )
+    a("--allowed-origins", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
+    a("--allowed-methods", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
+    a("--allowed-headers", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
+    a("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    a("--root-path", default=None, help="the path prefix a proxy in front of the server adds")
+    a("--ssl-keyfile", default=None, help="HTTPS: the key file")
+    a("--ssl-certfile", default=None, help="HTTPS: the certificate file")
+
+
+def cors_options(args: argparse.Namespace) -> dict:
+    "`CORSMiddleware`'s options from the CORS flags."
+    cors = {f"allow_{k}": getattr(args, f"allowed_{k}") for k in ("origins", "methods", "headers")}
+    return cors | {"allow_credentials": args.allow_credentials}
+
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #ca01
+class StartupError(Exception):
+    "A user's mistake found at start-up: the CLI prints it on one line and exits 1."
+
+
+def check_model_folder(model: str) -> None:
+    "A `StartupError` with a hint unless `model` is a checkpoint folder (nothing is downloaded)."
+    path = Path(model)
+    if (path / "config.json").is_file():
+        return
+    if path.is_dir():
+        raise StartupError(f"{model} has no config.json: pass a checkpoint folder")
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not path.parent.is_dir():
+        raise StartupError(
+            f"{model} looks like a Hugging Face id; metainfer does not download models: download "
+            f"it first (hf download {model} --local-dir DIR) and pass the folder DIR"
+        )
+    raise StartupError(f"model folder {model} does not exist: pass a checkpoint folder")
+
+
+def chat_template_of(value: str | None) -> str | None:
+    """`--chat-template`: a file's text, or the template itself (vLLM's rule: text with `{`, `}` or
+    a newline is a template, anything else names a file)."""
+    if value is None or any(c in value for c in "{}\n"):
+        return value
+    if not Path(value).is_file():
+        raise StartupError(f"--chat-template: no file {value} (nor is it a Jinja template)")
+    return Path(value).read_text()

@@ -8,7 +8,8 @@ import asyncio
 import logging
 import queue
 import threading
-from collections import Counter, defaultdict
+import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 from fastcore.basics import patch
@@ -30,13 +31,6 @@ class EngineStats:
     num_requests: int = 0  # requests the engine holds (running or waiting)
     num_free_kv_blocks: int = 0
     num_kv_blocks: int = 0
-    prompt_tokens_total: int = 0
-    generation_tokens_total: int = 0
-    finished_total: dict = field(
-        default_factory=dict
-    )  # finish reason -> count ("abort" counts disconnects)
-    num_steps: int = 0
-    num_preemptions: int = 0
 
     @property
     def kv_cache_usage(self) -> float:
@@ -49,6 +43,7 @@ class Add:
     prompt: list[int]
     params: SamplingParams
     stream: RequestStream
+    arrival: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -106,7 +101,8 @@ class AsyncLLMEngine:
         self.engine = engine
         self.commands: queue.SimpleQueue = queue.SimpleQueue()
         self.streams: dict[str, RequestStream] = {}  # touched by the engine thread only
-        self.counters = Counter()
+        # told of each request's life on the engine thread: `added`, `stepped`, `ended` (metrics)
+        self.observers: list = []
         self.dead = False  # the thread has ended (stopped by `shutdown`, or failed)
         self.failure: BaseException | None = None  # what killed it: the server should exit
         self.draining = False  # shutting down: new requests are refused with an `EngineError`
@@ -217,7 +213,8 @@ def _drain(q: queue.SimpleQueue) -> list:
 def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
     if isinstance(cmd, Abort):
         if self.streams.pop(cmd.request_id, None) is not None:
-            self.counters["abort"] += 1
+            for obs in self.observers:
+                obs.ended(cmd.request_id, "abort")
         self.engine.abort_request(cmd.request_id)
         return
     try:
@@ -227,7 +224,8 @@ def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
         _deliver([(cmd.stream, err)])
         return
     self.streams[cmd.request_id] = cmd.stream
-    self.counters["prompt_tokens"] += len(cmd.prompt)
+    for obs in self.observers:
+        obs.added(cmd.request_id, self.engine.requests[cmd.request_id].seq, cmd.arrival)
     _deliver([(cmd.stream, ACCEPTED)])
 
 
@@ -243,16 +241,15 @@ def _step(self: AsyncLLMEngine) -> None:
         )
         for rid in list(self.engine.requests):
             self.engine.abort_request(rid)
-        self.counters["error"] += len(self.streams)
         failed, self.streams = self.streams, {}
+        for obs, rid in ((o, r) for o in self.observers for r in failed):
+            obs.ended(rid, "error")
         self._publish()
         _deliver([(s, EngineError(f"the engine failed: {e!r}")) for s in failed.values()])
         return
-    self.counters["generation_tokens"] += len(outs)
-    self.counters["steps"] += 1
+    for obs in self.observers:
+        obs.stepped(outs, self.engine)
     done = [o for o in outs if o.finished]
-    for o in done:
-        self.counters[o.outputs[0].finish_reason] += 1
     items = [(self.streams[o.request_id], o) for o in outs if o.request_id in self.streams]
     for o in done:
         self.streams.pop(o.request_id, None)
@@ -262,18 +259,13 @@ def _step(self: AsyncLLMEngine) -> None:
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c028
 @patch
 def _publish(self: AsyncLLMEngine) -> None:
-    e, c = self.engine, self.counters
+    e = self.engine
     self.stats = EngineStats(
         len(e.scheduler.running),
         len(e.scheduler.waiting),
         len(e.requests),
         e.block_manager.num_free_blocks,
         e.runner.num_kv_blocks,
-        c["prompt_tokens"],
-        c["generation_tokens"],
-        {k: c[k] for k in ("stop", "length", "abort", "error")},
-        c["steps"],
-        e.scheduler.num_preemptions,
     )
 
 

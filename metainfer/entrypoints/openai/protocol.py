@@ -29,13 +29,8 @@ class OpenAIError(Exception):
         type: str = "invalid_request_error",
     ):
         super().__init__(message)
-        self.message, self.status, self.code, self.param, self.type = (
-            message,
-            status,
-            code,
-            param,
-            type,
-        )
+        self.message, self.status, self.code = message, status, code
+        self.param, self.type = param, type
 
     def __reduce__(self):  # pickled whole (a worker process validates large bodies)
         return OpenAIError, (self.message, self.status, self.code, self.param, self.type)
@@ -95,9 +90,7 @@ class SamplingRequest(OpenAIModel):
     min_tokens: int | None = Field(None, ge=0)  # vLLM's
     include_stop_str_in_output: bool | None = None  # vLLM's
     skip_special_tokens: bool | None = None  # vLLM's
-    return_token_ids: bool | None = (
-        None  # vLLM: add prompt and completion token ids to the response
-    )
+    return_token_ids: bool | None = None  # vLLM's: prompt and completion token ids in responses
     user: str | None = None
     allowed_token_ids: Items[int] | None = None  # vLLM's: sample only these
     bad_words: Items[str] | None = None  # vLLM's: never generate these words

@@ -105,7 +105,12 @@ def check_stop_limits(req: SamplingRequest) -> None:
         )
 
 
-def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -> SamplingParams:
+def sampling_params(
+    req: SamplingRequest,
+    prompt_len: int,
+    max_model_len: int,
+    defaults: dict | None = None,  # for the fields `req` leaves out (generation_config.json's)
+) -> SamplingParams:
     "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first)."
     check_stop_limits(req)
     room = max_model_len - prompt_len
@@ -160,6 +165,8 @@ def sampling_params(req: SamplingRequest, prompt_len: int, max_model_len: int) -
         ).items()
         if v is not None
     }
+    known = SamplingParams.__dataclass_fields__
+    given = {k: v for k, v in (defaults or {}).items() if k in known} | given
     try:
         return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
     except ValueError as e:

@@ -78,6 +78,9 @@ class ServerState:
     trust_request_chat_template: bool = False  # vLLM's flag: may a request bring its own template?
     max_prompt_chars: int | None = None  # longer text can't fit max_model_len (`max_token_chars`)
     body_parser: BodyParser = field(default_factory=BodyParser)
+    sampling_defaults: dict = field(default_factory=dict)  # generation_config.json's (vLLM's auto)
+    log_requests: bool = False  # log each request's id, prompt lengths and sampling parameters
+    metrics: Any = None  # the app's `ServerMetrics`
 
 
 def max_token_chars(tokenizer) -> int | None:
@@ -222,9 +225,10 @@ async def add_choices(
     except Exception as e:  # (logged; a client sees no Python error text)
         logging.getLogger("metainfer").warning("could not tokenize a prompt", exc_info=e)
         raise OpenAIError("could not tokenize the prompt", param="prompt") from None
-    params = [
-        sampling_params(req, len(ids), st.engine.max_model_len) for ids in prompts
-    ]  # every prompt checked first
+    params = [  # every prompt checked first
+        sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults)
+        for ids in prompts
+    ]
     grammars = await run_in_threadpool(
         request_grammars,
         req,
@@ -243,6 +247,9 @@ async def add_choices(
         for j, q in enumerate(replace(p, n=n).fan_out())
     ]
     rid = f"{prefix}-{uuid.uuid4().hex}"
+    if st.log_requests:
+        lens = [len(ids) for ids in prompts]
+        logging.getLogger("metainfer").info(f"request {rid}: prompt tokens {lens}, {params[0]}")
     added = await asyncio.gather(
         *(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
         return_exceptions=True,

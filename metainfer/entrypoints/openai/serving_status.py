@@ -5,76 +5,33 @@
 # %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #2460fa2e
 from __future__ import annotations
 from fastapi import Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from .protocol import OpenAIError
-from .engine_loop import EngineStats
-from .serving import server_state
+from .serving import check_model, server_state
 
 # %% auto #0
-__all__ = ['prometheus_text', 'parse_metrics', 'health', 'models', 'metrics', 'version']
+__all__ = ['parse_metrics', 'health', 'model_card', 'models', 'model', 'metrics', 'version']
 
 # %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #01078e6d
-def prometheus_text(s: EngineStats, model: str) -> str:
-    "The engine's stats in Prometheus' text exposition format."
-    label = f'model_name="{model}"'
-    rows = [
-        ("num_requests_running", "gauge", "Requests in the running batch.", {"": s.num_running}),
-        ("num_requests_waiting", "gauge", "Requests waiting to be scheduled.", {"": s.num_waiting}),
-        ("num_requests_in_engine", "gauge", "Requests the engine holds.", {"": s.num_requests}),
-        (
-            "kv_cache_usage_perc",
-            "gauge",
-            "Fraction of KV blocks in use (1 = full).",
-            {"": s.kv_cache_usage},
-        ),
-        ("num_free_kv_blocks", "gauge", "Free KV blocks.", {"": s.num_free_kv_blocks}),
-        ("num_kv_blocks", "gauge", "KV blocks in the pool.", {"": s.num_kv_blocks}),
-        (
-            "prompt_tokens_total",
-            "counter",
-            "Prompt tokens of accepted requests.",
-            {"": s.prompt_tokens_total},
-        ),
-        (
-            "generation_tokens_total",
-            "counter",
-            "Generated tokens.",
-            {"": s.generation_tokens_total},
-        ),
-        (
-            "request_success_total",
-            "counter",
-            "Finished requests by finish reason.",
-            {f',finished_reason="{k}"': v for k, v in s.finished_total.items()},
-        ),
-        (
-            "num_preemptions_total",
-            "counter",
-            "Sequences preempted for lack of KV blocks.",
-            {"": s.num_preemptions},
-        ),
-        ("engine_steps_total", "counter", "Engine steps.", {"": s.num_steps}),
-    ]
-    lines = []
-    for name, kind, doc, values in rows:
-        lines += [f"# HELP metainfer:{name} {doc}", f"# TYPE metainfer:{name} {kind}"]
-        lines += [f"metainfer:{name}{{{label}{extra}}} {v}" for extra, v in values.items()]
-    return "\n".join(lines) + "\n"
-
-
 def parse_metrics(text: str) -> dict[str, float]:
-    """`{name{labels}: value}` of a Prometheus text page, with the `model_name` label dropped (for
-    tests)."""
-    rows = (l.rsplit(" ", 1) for l in text.splitlines() if l and not l.startswith("#"))
-    return {
-        k.replace("metainfer:", "").split("{")[0]
-        + ("{" + k.split(",", 1)[1] if "," in k else ""): float(v)
-        for k, v in rows
-    }
+    """`{name{labels}: value}` of a Prometheus text page, without the `vllm:`/`metainfer:` prefix
+    and the `model_name` and `engine` labels (for tests)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for x in family.samples:
+            labels = {k: v for k, v in x.labels.items() if k not in ("model_name", "engine")}
+            name = x.name.split(":", 1)[-1]
+            extra = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            out[name + (f"{{{extra}}}" if extra else "")] = x.value
+    return out
 
 # %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #45ddc5b7
 async def health(request: Request):
-    "200 while the engine serves; 503 once it has died or the server is shutting down."
+    """200 while the engine serves; 503 once it has died or the server is shutting down (a
+    router's readiness and liveness check alike; `/ping` is the same, as vLLM's)."""
     engine = server_state(request).engine
     if engine.draining or not engine.is_alive:
         msg = "the server is shutting down" if engine.draining else "the engine has stopped"
@@ -82,9 +39,8 @@ async def health(request: Request):
     return {"status": "ok"}
 
 
-async def models(request: Request):
-    st = server_state(request)
-    card = lambda name: {
+def model_card(st, name: str) -> dict:
+    return {
         "id": name,
         "object": "model",
         "created": 0,
@@ -92,14 +48,22 @@ async def models(request: Request):
         "root": st.engine.engine.config.model,
         "max_model_len": st.engine.max_model_len,
     }
-    return {"object": "list", "data": [card(n) for n in st.model_names]}
+
+
+async def models(request: Request):
+    st = server_state(request)
+    return {"object": "list", "data": [model_card(st, n) for n in st.model_names]}
+
+
+async def model(request: Request, model_id: str):
+    "`GET /v1/models/{id}` (the client's `models.retrieve`): a served name's card, else a 404."
+    st = server_state(request)
+    return model_card(st, check_model(st, model_id))
 
 
 async def metrics(request: Request):
     st = server_state(request)
-    return PlainTextResponse(
-        prometheus_text(st.engine.stats, st.model_names[0]), media_type="text/plain; version=0.0.4"
-    )
+    return Response(st.metrics.exposition(st.engine.stats), media_type=CONTENT_TYPE_LATEST)
 
 
 async def version(request: Request):

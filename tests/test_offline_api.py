@@ -1,0 +1,136 @@
+"""vLLM's offline API (issue 25, item 3): prompt dicts (`TokensPrompt`, `TextPrompt`),
+`SamplingParams(max_tokens=None)`, `truncate_prompt_tokens`, `detokenize=False`, `output_kind`,
+`LLM(..., trust_remote_code=True)`, `llm.llm_engine` and `get_default_sampling_params`, each as
+vLLM documents it. One tiny CPU engine serves the module."""
+
+import json
+
+import pytest
+
+import metainfer
+from metainfer import LLM, RequestOutputKind, SamplingParams
+from metainfer.inputs import TextPrompt, TokensPrompt
+
+MAX_MODEL_LEN = 64
+
+
+@pytest.fixture(scope="module")
+def llm(checkpoints):
+    with LLM(
+        str(checkpoints("qwen3-tiny")),
+        device="cpu",
+        num_kv_blocks=32,
+        max_model_len=MAX_MODEL_LEN,
+        trust_remote_code=True,  # accepted: no checkpoint code is ever run
+    ) as llm:
+        yield llm
+
+
+def greedy(**kw) -> SamplingParams:
+    return SamplingParams(temperature=0, ignore_eos=True, **kw)
+
+
+def test_prompt_types_mirror_vllm_inputs(llm):
+    "A dict prompt, alone or in a list, as text or token ids; the names import as in vLLM."
+    assert metainfer.TokensPrompt is TokensPrompt and metainfer.TextPrompt is TextPrompt
+    ids = llm.get_tokenizer()("hello there").input_ids
+    one = llm.generate({"prompt_token_ids": ids}, greedy(max_tokens=4), use_tqdm=False)
+    assert len(one) == 1 and one[0].prompt_token_ids == ids and one[0].prompt is None
+    outs = llm.generate(
+        [TextPrompt(prompt="hello there"), TokensPrompt(prompt_token_ids=ids), ids, "hello there"],
+        greedy(max_tokens=4),
+        use_tqdm=False,
+    )
+    assert [o.prompt for o in outs] == ["hello there", None, None, "hello there"]
+    assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1  # one prompt, four spellings
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        llm.generate({"text": "hi"}, use_tqdm=False)
+
+
+def test_max_tokens_none_runs_to_max_model_len(llm):
+    out = llm.generate([1, 2, 3], greedy(max_tokens=None), use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == MAX_MODEL_LEN - 3
+    assert out.outputs[0].finish_reason == "length"
+
+
+def test_truncate_prompt_tokens_keeps_the_last(llm):
+    ids = list(range(10, 50))
+    out = llm.generate(ids, greedy(max_tokens=2, truncate_prompt_tokens=8), use_tqdm=False)[0]
+    assert out.prompt_token_ids == ids[-8:]
+    full = llm.generate(ids, greedy(max_tokens=2, truncate_prompt_tokens=-1), use_tqdm=False)[0]
+    assert full.prompt_token_ids == ids  # -1: up to max_model_len
+    with pytest.raises(ValueError, match="truncate_prompt_tokens"):
+        SamplingParams(truncate_prompt_tokens=0)
+
+
+def test_detokenize_false_gives_ids_only(llm):
+    with_text = llm.generate("hi", greedy(max_tokens=5), use_tqdm=False)[0].outputs[0]
+    ids_only = llm.generate("hi", greedy(max_tokens=5, detokenize=False), use_tqdm=False)
+    assert ids_only[0].outputs[0].text == "" and with_text.text
+    assert ids_only[0].outputs[0].token_ids == with_text.token_ids
+    with pytest.raises(ValueError, match="detokenize"):
+        SamplingParams(stop=["x"], detokenize=False)
+
+
+def test_output_kind(llm):
+    """`LLM.stream` yields everything so far (CUMULATIVE), what is new (DELTA) or only the end
+    (FINAL_ONLY); `generate` returns whole outputs whatever the kind, as vLLM's."""
+    kind = RequestOutputKind
+    cum = list(llm.stream("hello", greedy(max_tokens=6)))
+    delta = list(llm.stream("hello", greedy(max_tokens=6, output_kind=kind.DELTA)))
+    final = list(llm.stream("hello", greedy(max_tokens=6, output_kind=kind.FINAL_ONLY)))
+    whole = cum[-1].outputs[0]
+    assert [len(o.outputs[0].token_ids) for o in cum] == [1, 2, 3, 4, 5, 6]
+    assert [t for o in delta for t in o.outputs[0].token_ids] == whole.token_ids
+    assert all(len(o.outputs[0].token_ids) == 1 for o in delta)
+    assert "".join(o.outputs[0].text for o in delta) == whole.text
+    assert (
+        len(final) == 1 and final[0].finished and final[0].outputs[0].token_ids == whole.token_ids
+    )
+    got = llm.generate("hello", greedy(max_tokens=6, output_kind=kind.DELTA), use_tqdm=False)
+    assert got[0].outputs[0].token_ids == whole.token_ids
+
+
+def test_llm_engine_and_seed(llm, checkpoints):
+    "`llm.llm_engine` is the engine; the engine's `seed` makes unseeded sampling repeat."
+    assert llm.llm_engine is llm.engine
+    sampled = SamplingParams(temperature=1.0, max_tokens=8, ignore_eos=True)
+
+    def first_sample(seed: int) -> list[int]:
+        with LLM(str(checkpoints("qwen3-tiny")), device="cpu", num_kv_blocks=16, seed=seed) as x:
+            return x.generate([1, 2, 3], sampled, use_tqdm=False)[0].outputs[0].token_ids
+
+    assert first_sample(7) == first_sample(7) != first_sample(8)
+
+
+def test_generation_config_defaults(checkpoints, tmp_path):
+    """`generation_config="auto"` reads the model's generation_config.json sampling fields (vLLM's
+    five), a folder reads that folder's, `"vllm"` none; `generate` without params uses them."""
+    (tmp_path / "generation_config.json").write_text(
+        json.dumps(
+            {"temperature": 0.0, "top_p": 0.9, "top_k": 7, "repetition_penalty": 1.1, "min_p": 0.05}
+        )
+    )
+    ckpt = str(checkpoints("qwen3-tiny"))
+    with LLM(ckpt, device="cpu", num_kv_blocks=16, generation_config=str(tmp_path)) as llm:
+        p = llm.get_default_sampling_params()
+        assert (p.temperature, p.top_p, p.top_k, p.repetition_penalty) == (0.0, 0.9, 7, 1.1)
+        assert getattr(p, "min_p", 0.05) == 0.05  # (once SamplingParams has min_p)
+        assert llm.engine.generation_defaults["min_p"] == 0.05
+        a = llm.generate([1, 2, 3], use_tqdm=False)[0].outputs[0].token_ids
+        b = llm.generate([1, 2, 3], use_tqdm=False)[0].outputs[0].token_ids
+        assert a == b  # temperature 0 from the file: greedy
+    with LLM(ckpt, device="cpu", num_kv_blocks=16, generation_config="vllm") as llm:
+        assert llm.get_default_sampling_params() == SamplingParams()
+    with pytest.raises(FileNotFoundError, match="generation_config.json"):
+        LLM(ckpt, device="cpu", num_kv_blocks=16, generation_config=str(tmp_path / "none"))
+
+
+def test_dtype_names(checkpoints):
+    "vLLM's --dtype names: half and float are float16 and float32; others are refused by name."
+    from metainfer.config import EngineConfig
+
+    assert EngineConfig("m", dtype="half").dtype == "float16"
+    assert EngineConfig("m", dtype="float").dtype == "float32"
+    with pytest.raises(ValueError, match="choose from auto, half"):
+        EngineConfig("m", dtype="fp8")
