@@ -14,7 +14,9 @@ import json
 import shlex
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from metainfer.engine import llm_engine
 from metainfer import LLM, SamplingParams, StructuredOutputsParams
 
 
@@ -42,16 +44,67 @@ def timed(llm: LLM, prompts: list[str], params: SamplingParams) -> tuple[float, 
     return time.perf_counter() - t, outs
 
 
+PHASES = {  # what a step spends its host time on: where each is looked up
+    "schedule": ("scheduler", "schedule"),
+    "launch (forward + sample)": ("runner", "launch"),
+    "forward": ("runner", "forward"),
+    "sample": ("runner", "sample"),
+    "read back": ("engine", "_resolve"),
+    "outputs": ("engine", "_outputs"),
+}
+
+
+@contextmanager
+def phases(llm: LLM, into: dict):
+    "Add each phase's host milliseconds per step to `into` while inside."
+    engine, wrapped = llm.engine, []
+    owners = {"engine": engine, "scheduler": engine.scheduler, "runner": engine.runner}
+    totals = {k: 0.0 for k in [*PHASES, "token masks", "step"]}
+
+    def wrap(name, fn):
+        def timed_fn(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                totals[name] += time.perf_counter() - t
+
+        return timed_fn
+
+    for name, (owner, attr) in PHASES.items():
+        obj = owners[owner]
+        wrapped.append((obj, attr))
+        setattr(obj, attr, wrap(name, getattr(obj, attr)))
+    wrapped.append((engine, "step"))
+    engine.step = wrap("step", engine.step)
+    masks = llm_engine.step_bitmask
+    llm_engine.step_bitmask = wrap("token masks", masks)
+    steps0 = engine.stats["steps"]
+    try:
+        yield
+    finally:
+        llm_engine.step_bitmask = masks
+        for obj, attr in wrapped:
+            delattr(obj, attr)
+        n = max(1, engine.stats["steps"] - steps0)
+        into.update({k: round(v / n * 1e3, 3) for k, v in totals.items()})
+
+
 def tpot(llm: LLM, prompts: list[str], n: int, **kw) -> dict:
-    "Seconds per output token (best of 3), and the tokens each row made."
+    """Seconds per output token (best of 3), the tokens each row made, and the host time per step
+    of each phase (one more run)."""
     p = lambda k: SamplingParams(temperature=1.0, max_tokens=k, ignore_eos=True, **kw)
     timed(llm, prompts, p(8))  # warm (the grammar is compiled and cached here)
     short = min(timed(llm, prompts, p(1))[0] for _ in range(3))
     runs = [timed(llm, prompts, p(n)) for _ in range(3)]
     best, outs = min(runs, key=lambda r: r[0])
+    host_ms = {}
+    with phases(llm, host_ms):
+        timed(llm, prompts, p(n))
     return {
         "tpot_ms": (best - short) / (n - 1) * 1e3,
         "tokens_per_row": sorted({len(o.outputs[0].token_ids) for o in outs}),
+        "host_ms_per_step": host_ms,
         "sample": outs[0].outputs[0].text[:200],
     }
 
@@ -88,6 +141,8 @@ def main() -> None:
                 f"with the schema ({results[f'B={b}']['overhead_pct']:+.1f} %)",
                 flush=True,
             )
+            for mode in ("unconstrained", "json_schema"):
+                print(f"  {mode} host ms per step: {results[f'B={b}'][mode]['host_ms_per_step']}")
     out = {
         "command": shlex.join([sys.executable, *sys.argv]),
         "model": args.model,

@@ -13,7 +13,7 @@ from ..config import EngineConfig, generation_defaults, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
-from .admission import admit
+from .admission import admit, load_tokenizer
 from .structured_outputs import GrammarCompiler
 from .token_masks import step_bitmask
 from .block_manager import BlockManager
@@ -36,10 +36,8 @@ class LLMEngine:
         self.max_model_len = min(
             config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings
         )
-        self.tokenizer = self._load_tokenizer(config.tokenizer or config.model)
-        self.generation_defaults = generation_defaults(
-            config
-        )  # sampling fields not given take these
+        self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        self.generation_defaults = generation_defaults(config)  # for sampling fields not given
         if config.trust_remote_code:
             logging.getLogger("metainfer").warning(
                 "trust_remote_code has no effect: metainfer never runs a checkpoint's code"
@@ -76,7 +74,11 @@ class LLMEngine:
         self.grammars = (
             GrammarCompiler(self.tokenizer, mc.vocab_size) if self.tokenizer is not None else None
         )
-        self._mask_buffer = None  # (pinned) host memory for each step's token bitmask
+        self._mask_buffer = torch.empty(  # where a step's token bitmask is made (reused)
+            (config.max_num_seqs, (mc.vocab_size + 31) // 32),
+            dtype=torch.int32,
+            pin_memory=self.runner.device.type == "cuda",
+        )
         self._last_read = 0.0
         # steps launched, their time from launch to read-back (overlaps counted once), prompt tokens
         # computed (cache hits not counted; recomputations counted again) and tokens generated
@@ -85,18 +87,6 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, model: str, **kwargs) -> LLMEngine:
         return cls(EngineConfig(model, **kwargs))
-
-    @staticmethod
-    def _load_tokenizer(model_dir: str):
-        from pathlib import Path
-
-        if not any(
-            (Path(model_dir) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
-        ):
-            return None
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(model_dir)
 
     def _eos_ids(self) -> tuple[int, ...]:
         ids = set(self.model_config.eos_token_ids)
@@ -121,15 +111,6 @@ class LLMEngine:
         self.workers = None
         destroy_tensor_parallel(self.tp)
         self.tp = ParallelInfo()
-
-    @property
-    def _mask_args(self) -> tuple:
-        "`step_bitmask`'s vocabulary size, grammars and buffer (made at the first use)."
-        if self._mask_buffer is None:
-            shape = (self.config.max_num_seqs, (self.model_config.vocab_size + 31) // 32)
-            pin = self.runner.device.type == "cuda"
-            self._mask_buffer = torch.empty(shape, dtype=torch.int32, pin_memory=pin)
-        return self.model_config.vocab_size, self.grammars, self._mask_buffer
 
     def kv_cache_usage(self) -> float:
         "Fraction of KV blocks in use."
@@ -202,11 +183,14 @@ def step(self: LLMEngine) -> list[RequestOutput]:
     done, self.in_flight = self.in_flight, None
     try:
         if batch is not None and any(s.masks_tokens for s in batch.sampling):
-            # its mask needs the tokens in flight: read them back while the model runs
+            # its mask needs the tokens in flight: read back while the model runs; the outputs
+            # are made once the sampling is queued
             forwarded = self.runner.forward(batch)
-            outputs, done = (self._read_back(done) if done is not None else []), None
-            bitmask = step_bitmask(batch.sampling, *self._mask_args)
+            token_ids = self._resolve(done) if done is not None else None
+            vocab, buffer = self.model_config.vocab_size, self._mask_buffer
+            bitmask = step_bitmask(batch.sampling, vocab, self.grammars, buffer)
             launched = self._launch(batch, lambda: self.runner.sample(forwarded, bitmask))
+            outputs, done = (self._outputs(done, token_ids) if done is not None else []), None
         elif batch is not None:
             launched = self._launch(batch, lambda: self.runner.launch(batch))
         if self.config.async_scheduling:
@@ -239,14 +223,25 @@ def _launch(self: LLMEngine, batch: ScheduledBatch, launch) -> LaunchedStep:
 @patch
 def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
     "Wait for a launched step's tokens, hand them to the scheduler, and build the outputs."
+    return self._outputs(launched, self._resolve(launched))
+
+
+@patch
+def _resolve(self: LLMEngine, launched: LaunchedStep) -> list[int]:
+    "Wait for a launched step's tokens and hand them to the scheduler (`_read_back`'s first half)."
     with self._naming_dead_workers():
         token_ids = launched.token_ids()
     now = time.perf_counter()
     self.stats["step_s"] += now - max(launched.started, self._last_read)
     self._last_read = now
-    batch = launched.batch
-    self.stats["generated_tokens"] += self.scheduler.postprocess(batch, token_ids)
-    # (a request that ended before this step is gone, and so is its token)
+    self.stats["generated_tokens"] += self.scheduler.postprocess(launched.batch, token_ids)
+    return token_ids
+
+
+@patch
+def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> list[RequestOutput]:
+    "The logprobs, text and outputs of a step whose tokens `_resolve` read back."
+    batch = launched.batch  # (a request that ended before this step is gone, and its token)
     for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
         if (r := self._by_seq.get(batch.sampling[row].seq_id)) is not None:
             k = r.seq.params.logprobs
