@@ -67,7 +67,9 @@ class StreamOptions(OpenAIModel):
 
 class SamplingRequest(OpenAIModel):
     """The fields both endpoints share (OpenAI's, plus vLLM's `top_k`, `ignore_eos`,
-    `stop_token_ids`, `return_token_ids`)."""
+    `stop_token_ids`, `return_token_ids`); other fields are kept, for `check_supported`."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="allow")
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -93,6 +95,7 @@ class SamplingRequest(OpenAIModel):
     return_token_ids: bool | None = None  # vLLM's: prompt and completion token ids in responses
     user: str | None = None
     allowed_token_ids: Items[int] | None = None  # vLLM's: sample only these
+    truncate_prompt_tokens: int | None = Field(None, ge=-1)  # vLLM's: keep the last k (-1: all)
     bad_words: Items[str] | None = None  # vLLM's: never generate these words
     # constrained output (`structured_outputs` module): OpenAI's, vLLM's, vLLM's older fields
     response_format: dict[str, Any] | None = None

@@ -15,26 +15,60 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS', 'MAX_STOP_TOKEN_IDS', 'unsupported',
-           'check_supported', 'candidates_per_prompt', 'logit_bias_ids', 'check_stop_limits', 'sampling_params']
+__all__ = ['UNSUPPORTED', 'CHAT_UNSUPPORTED', 'COMPLETION_UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS',
+           'MAX_STOP_TOKEN_IDS', 'unsupported', 'check_supported', 'candidates_per_prompt', 'logit_bias_ids',
+           'check_stop_limits', 'sampling_params']
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c013
 def _asked(v: Any) -> bool:
     return v not in (None, False, "", [], {})
 
 
-# field -> whether a value asks for what this server doesn't do (vLLM's neutral values pass)
+# field -> whether a value asks for what this server doesn't do (neutral values pass): the fields
+# OpenAI and vLLM define for chats and completions that are not implemented here
 UNSUPPORTED = {
     "suffix": _asked,
     "guided_decoding_backend": lambda v: v not in (None, "auto", "guidance", "llguidance"),
     "use_beam_search": _asked,
     "prompt_logprobs": lambda v: v is not None,  # (completions: `echo` with `logprobs`)
+    "audio": _asked,
+    "modalities": lambda v: v not in (None, ["text"]),
+    "prediction": _asked,
+    "web_search_options": _asked,
+    "functions": _asked,  # (OpenAI's deprecated spelling of tools)
+    "function_call": _asked,
+    "service_tier": lambda v: v not in (None, "auto", "default"),
+    "store": _asked,  # (nothing is stored)
+    "metadata": _asked,  # (only for stored completions)
+    "reasoning_effort": _asked,
+    "verbosity": _asked,
+    "length_penalty": lambda v: v not in (None, 1, 1.0),  # (beam search's)
+    "spaces_between_special_tokens": lambda v: v not in (None, True),
+    "include_reasoning": lambda v: v not in (None, True),
+    "priority": lambda v: v not in (None, 0),
+    "logits_processors": _asked,
+    "cache_salt": _asked,
+    "kv_transfer_params": _asked,
+    "vllm_xargs": _asked,
+    "mm_processor_kwargs": _asked,
+    "media_io_kwargs": _asked,
+    "documents": _asked,
+    "return_tokens_as_token_ids": _asked,
+    "request_id": _asked,
+    "prompt_embeds": _asked,
 }
+CHAT_UNSUPPORTED = {  # the same, for fields whose other endpoint does implement them
+    "echo": _asked,
+    "add_special_tokens": lambda v: v not in (None, False),
+}
+COMPLETION_UNSUPPORTED = {"add_special_tokens": lambda v: v not in (None, True)}
 
 
 def unsupported(req) -> str | None:
     "The first field of `req` asking for a feature this server doesn't implement, if any."
-    return next((k for k, asks in UNSUPPORTED.items() if asks(getattr(req, k, None))), None)
+    chat = isinstance(req, ChatCompletionRequest)
+    table = UNSUPPORTED | (CHAT_UNSUPPORTED if chat else COMPLETION_UNSUPPORTED)
+    return next((k for k, asks in table.items() if asks(getattr(req, k, None))), None)
 
 
 def check_supported(req) -> None:

@@ -225,6 +225,8 @@ async def add_choices(
     except Exception as e:  # (logged; a client sees no Python error text)
         logging.getLogger("metainfer").warning("could not tokenize a prompt", exc_info=e)
         raise OpenAIError("could not tokenize the prompt", param="prompt") from None
+    if (k := req.truncate_prompt_tokens) is not None:  # the last k tokens, as vLLM keeps
+        prompts = [ids[-(st.engine.max_model_len if k == -1 else k) :] for ids in prompts]
     params = [  # every prompt checked first
         sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults)
         for ids in prompts
