@@ -109,6 +109,42 @@ def tpot(llm: LLM, prompts: list[str], n: int, **kw) -> dict:
     }
 
 
+SMALL = {  # a schema a random-weight model finishes in ~20 tokens
+    "type": "object",
+    "properties": {
+        "level": {"enum": ["low", "high"]},
+        "count": {"type": "integer", "minimum": 0, "maximum": 99},
+        "ok": {"type": "boolean"},
+    },
+    "required": ["level", "count", "ok"],
+    "additionalProperties": False,
+}
+
+
+def valid_outputs(llm: LLM, n: int = 64) -> dict:
+    "`n` samples at temperature 1.0 under `SMALL`: how many parse and follow it."
+    so = StructuredOutputsParams(json=SMALL)
+    outs = llm.generate(
+        ["As JSON:"] * n, SamplingParams(temperature=1.0, max_tokens=64, structured_outputs=so)
+    )
+
+    def ok(text: str) -> bool:
+        try:
+            d = json.loads(text)
+        except ValueError:
+            return False
+        return (
+            set(d) == {"level", "count", "ok"}
+            and d["level"] in ("low", "high")
+            and type(d["count"]) is int
+            and 0 <= d["count"] <= 99
+            and type(d["ok"]) is bool
+        )
+
+    texts = [o.outputs[0].text for o in outs]
+    return {"samples": n, "valid": sum(map(ok, texts)), "examples": texts[:3]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
@@ -126,6 +162,8 @@ def main() -> None:
         t = time.perf_counter()
         grammars.compile(so)
         compile_s = time.perf_counter() - t
+        validity = valid_outputs(llm)
+        print(f"valid JSON: {validity['valid']}/{validity['samples']}", flush=True)
         results = {}
         for b in args.batch_sizes:
             prompts = [f"Record {i} as JSON:" for i in range(b)]
@@ -150,6 +188,7 @@ def main() -> None:
         "schema_fields": 50,
         "llguidance_tokenizer_s": tokenizer_s,
         "compile_50_fields_s": compile_s,
+        "validity": validity,
         "results": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)
