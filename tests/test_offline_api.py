@@ -115,7 +115,7 @@ def test_generation_config_defaults(checkpoints, tmp_path):
     with LLM(ckpt, device="cpu", num_kv_blocks=16, generation_config=str(tmp_path)) as llm:
         p = llm.get_default_sampling_params()
         assert (p.temperature, p.top_p, p.top_k, p.repetition_penalty) == (0.0, 0.9, 7, 1.1)
-        assert getattr(p, "min_p", 0.05) == 0.05  # (once SamplingParams has min_p)
+        assert p.min_p == 0.05
         assert llm.engine.generation_defaults["min_p"] == 0.05
         a = llm.generate([1, 2, 3], use_tqdm=False)[0].outputs[0].token_ids
         b = llm.generate([1, 2, 3], use_tqdm=False)[0].outputs[0].token_ids

@@ -200,14 +200,10 @@ def test_served_sockets_have_tcp_nodelay(http):
 @pytest.mark.parametrize(
     "path,field,value",
     [
-        (CHAT, "guided_choice", ["a", "b"]),
-        (CHAT, "guided_json", {"type": "object"}),
-        (CMPL, "guided_regex", "a+"),
-        (CMPL, "guided_grammar", "root ::= 'a'"),
-        (CHAT, "structured_outputs", {"choice": ["a"]}),
-        (CHAT, "response_format", {"type": "json_schema", "json_schema": {}}),
-        (CMPL, "response_format", {"type": "json_object"}),
-        (CMPL, "min_p", 0.1),
+        (CHAT, "guided_decoding_backend", "outlines"),
+        (CHAT, "audio", {"voice": "alloy", "format": "wav"}),
+        (CMPL, "logits_processors", ["m:P"]),
+        (CMPL, "priority", 1),
         (CHAT, "use_beam_search", True),
         (CMPL, "prompt_logprobs", 1),
         (CHAT, "prompt_logprobs", 0),
@@ -224,7 +220,7 @@ def test_unsupported_fields_are_named(http, path, field, value):
 
 
 def test_neutral_values_of_those_fields_pass(http):
-    body = {"prompt": "hi", "max_tokens": 2, "min_p": 0, "use_beam_search": False}
+    body = {"prompt": "hi", "max_tokens": 2, "priority": 0, "use_beam_search": False}
     assert http.post(CMPL, json=body | {"response_format": {"type": "text"}}).status_code == 200
 
 

@@ -343,13 +343,13 @@ CASES = [
         "unsupported_parameter",
     ),
     (
-        "responses: JSON text format",
+        "responses: a text format of no known type",
         "POST",
         "/v1/responses",
-        b'{"input": "hi", "text": {"format": {"type": "json_object"}}}',
+        b'{"input": "hi", "text": {"format": {"type": "xml"}}}',
         AUTH,
         400,
-        "unsupported_parameter",
+        "invalid_value",
     ),
     (
         "responses: an image part",
@@ -427,13 +427,13 @@ CASES = [
         None,
     ),
     (
-        "chat: JSON response format",
+        "chat: a response format of no known type",
         "POST",
         CHAT,
-        b"{" + MSG + b', "response_format": {"type": "json_object"}}',
+        b"{" + MSG + b', "response_format": {"type": "yaml"}}',
         AUTH,
         400,
-        "unsupported_parameter",
+        "invalid_value",
     ),
     (
         "chat: top_logprobs without logprobs",

@@ -433,3 +433,30 @@ def test_responses_api_second_turn_and_limits(served, client):
     ]
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
         client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")
+
+
+def test_deepseek_v3_tool_call_parser(checkpoints):
+    """`--tool-call-parser deepseek_v3`: calls in DeepSeek-V3's format come back as tool calls,
+    and a forced `tool_choice` makes the reply such a call (here the tags are text: this tokenizer
+    is Qwen's)."""
+    engine = AsyncLLMEngine.from_engine_args(
+        str(checkpoints("qwen3-tiny")), dtype="float32", device="cpu", num_kv_blocks=256
+    )
+    script, tok = Script(engine.engine.runner.model), engine.tokenizer
+    call = (
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+        '{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+    )
+    with ServerThread(build_app(engine, ["tiny"], tool_call_parser="deepseek_v3")) as srv:
+        client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none", max_retries=0)
+        for choice in ("auto", "required"):
+            text = ("Sure." if choice == "auto" else "") + call  # (forced: no text before it)
+            script.ids = tok(text, add_special_tokens=False).input_ids
+            script.ids.append(tok.convert_tokens_to_ids("<|im_end|>"))
+            r = client.chat.completions.create(
+                model="tiny", messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=80
+            )
+            m = r.choices[0].message
+            assert calls_of(m.tool_calls) == [CALLS[0]], (choice, m)
+            assert m.content == ("Sure." if choice == "auto" else None)
+    engine.shutdown()

@@ -9,6 +9,7 @@ from typing import Literal
 import jsonschema
 import openai
 import pytest
+import torch
 from pydantic import BaseModel, Field
 from metainfer import LLM, SamplingParams, StructuredOutputsParams
 from metainfer.engine.admission import bad_word_ids
@@ -278,3 +279,31 @@ def test_bad_structured_requests_are_400s(client, fields, what):
         client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "x"}], extra_body=fields
         )
+
+
+def test_structural_tag_and_responses_text_format(llm, client):
+    """A structural tag constrains only the tagged part; the Responses API's `text.format` is the
+    chat's `response_format`."""
+    tag = {
+        "structures": [{"begin": "<answer>", "schema": {"enum": [1, 2, 3]}, "end": "</answer>"}],
+        "triggers": ["<answer>"],
+    }
+    so = StructuredOutputsParams(structural_tag=tag)
+    tok, grammars = llm.get_tokenizer(), llm.engine.grammars
+    m = grammars.matcher(so)
+    row = torch.zeros((llm.engine.model_config.vocab_size + 31) // 32, dtype=torch.int32)
+    m.fill(row)
+    free = int(((row[:, None] >> torch.arange(32)) & 1).sum())
+    assert free > 100_000  # free text: (nearly) anything
+    m.advance(tok("Some text <answer>", add_special_tokens=False).input_ids)
+    m.fill(row)
+    allowed = ((row[:, None] >> torch.arange(32)) & 1).flatten().nonzero().flatten().tolist()
+    assert allowed and all(tok.decode([t]).strip() in ("1", "2", "3", "") for t in allowed)
+    outs = llm.generate(
+        ["x"] * 10, SamplingParams(temperature=1.0, max_tokens=30, structured_outputs=so)
+    )
+    assert all(o.outputs[0].finish_reason in ("stop", "length") for o in outs)
+    fmt = {"type": "json_schema", "name": "w", "schema": SCHEMA}
+    r = client.responses.create(model="tiny", input="JSON?", text={"format": fmt}, temperature=1.0)
+    jsonschema.validate(json.loads(r.output_text), SCHEMA)
+    assert r.text.format.type == "json_schema"

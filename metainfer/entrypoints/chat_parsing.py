@@ -6,15 +6,17 @@
 from __future__ import annotations
 import json
 import uuid
+from dataclasses import dataclass
+from typing import Callable
 
 # %% auto #0
-__all__ = ['THINK', 'TOOL_CALL', 'TOOL_CALL_PARSERS', 'REASONING_PARSERS', 'partial_tag', 'opens_reasoning', 'parse_tool_call',
-           'ChatOutputParser', 'parse_chat_output']
+__all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'SEP', 'DEEPSEEK_CALLS', 'DEEPSEEK_CALL', 'TOOL_FORMATS',
+           'TOOL_CALL_PARSERS', 'partial_tag', 'opens_reasoning', 'tool_call', 'parse_tool_call',
+           'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'ToolFormat', 'ChatOutputParser', 'parse_chat_output']
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #5dc40e8a
 THINK = ("<think>", "</think>")
 TOOL_CALL = ("<tool_call>", "</tool_call>")
-TOOL_CALL_PARSERS = ("hermes",)  # vLLM's names of the tool-call formats read here (Qwen's)
 REASONING_PARSERS = (
     "qwen3",
     "deepseek_r1",
@@ -35,6 +37,18 @@ def opens_reasoning(prompt_tail: str) -> bool:
     return prompt_tail.rstrip().endswith(THINK[0])
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #121b5b08
+def tool_call(name: str, args) -> dict:
+    "An OpenAI tool call of function `name` with `args` (JSON text, or a value to write as JSON)."
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {
+            "name": name,
+            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
+        },
+    }
+
+
 def parse_tool_call(body: str) -> dict | None:
     """The OpenAI tool call that a `<tool_call>` body `{"name": ..., "arguments": {...}}` stands
     for; None if it is no call."""
@@ -45,14 +59,73 @@ def parse_tool_call(body: str) -> dict | None:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     args = call.get("arguments", call.get("parameters", {}))  # (some models write "parameters")
-    return {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {
-            "name": call["name"],
-            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-        },
-    }
+    return tool_call(call["name"], args)
+
+
+SEP = "<｜tool▁sep｜>"  # DeepSeek's: between a call's kind or name and the rest
+
+
+def parse_deepseek_v3_call(body: str) -> dict | None:
+    "A DeepSeek-V3 call body: `function<｜tool▁sep｜>NAME`, then the arguments in a json block."
+    kind, sep, rest = body.partition(SEP)
+    name, _, block = rest.partition("\n")
+    block = block.strip()
+    if kind.strip() != "function" or not sep or not block.startswith("```json"):
+        return None
+    args = block.removeprefix("```json").removesuffix("```").strip()
+    try:
+        json.loads(args)
+    except ValueError:
+        return None
+    return tool_call(name.strip(), args)
+
+
+def parse_deepseek_v31_call(body: str) -> dict | None:
+    "A DeepSeek-V3.1 call body: `NAME<｜tool▁sep｜>ARGS` (the arguments' JSON)."
+    name, sep, args = body.partition(SEP)
+    try:
+        json.loads(args)
+    except ValueError:
+        return None
+    return tool_call(name.strip(), args.strip()) if sep and name.strip() else None
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """How a model writes tool calls: each between `begin` and `end` (all of them inside `wrapper`,
+    whose tags are dropped from the content), its body read by `parse`. `body(name, args, lit)`
+    writes one call's body as llguidance Lark: `args` names the rule of its arguments' JSON, `lit`
+    gives a text's Lark literal (`tool_call_grammar`)."""
+
+    begin: str
+    end: str
+    parse: Callable[[str], dict | None]
+    body: Callable[[str, str, Callable[[str], str]], str]
+    wrapper: tuple[str, str] = ("", "")
+
+
+def _hermes_body(name: str, args: str, lit) -> str:
+    head = '{"name": ' + json.dumps(name) + ', "arguments": '
+    return f'"\\n" {json.dumps(head)} {args} "}}\\n"'
+
+
+def _v3_body(name: str, args: str, lit) -> str:
+    head = json.dumps(name + "\n```json\n")
+    return f'"function" {lit(SEP)} {head} {args} "\\n```"'
+
+
+def _v31_body(name: str, args: str, lit) -> str:
+    return f"{json.dumps(name)} {lit(SEP)} {args}"
+
+
+DEEPSEEK_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+DEEPSEEK_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+TOOL_FORMATS = {  # vLLM's `--tool-call-parser` names
+    "hermes": ToolFormat(*TOOL_CALL, parse_tool_call, _hermes_body),  # Qwen's
+    "deepseek_v3": ToolFormat(*DEEPSEEK_CALL, parse_deepseek_v3_call, _v3_body, DEEPSEEK_CALLS),
+    "deepseek_v31": ToolFormat(*DEEPSEEK_CALL, parse_deepseek_v31_call, _v31_body, DEEPSEEK_CALLS),
+}
+TOOL_CALL_PARSERS = tuple(TOOL_FORMATS)
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #6fc516db
 class ChatOutputParser:
@@ -65,8 +138,9 @@ class ChatOutputParser:
         self,
         reasoning: bool = False,  # split off the reasoning
         tools: bool = False,  # parse tool calls
-        in_reasoning: bool = False,
-    ):  # the prompt opened `<think>` (see `opens_reasoning`)
+        in_reasoning: bool = False,  # the prompt opened `<think>` (see `opens_reasoning`)
+        tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes its calls
+    ):
         self.tools, self.num_calls, self.buf, self.space = (
             tools,
             0,
@@ -74,6 +148,7 @@ class ChatOutputParser:
             "",
         )  # space: held before a <tool_call>
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
+        self.fmt = tool_format
         self.after_think = False  # newlines right after </think> are dropped
         self.after_call = (
             False  # nothing but whitespace since the last tool call (which is then dropped)
@@ -93,6 +168,8 @@ class ChatOutputParser:
         return s
 
     def _say(self, out: dict, text: str) -> None:
+        for tag in self.fmt.wrapper if self.tools else ():
+            text = text.replace(tag, "") if tag else text  # (around the calls: not content)
         if text:
             out["content"], self.after_call = out["content"] + text, False
 
@@ -125,11 +202,11 @@ class ChatOutputParser:
             if not self.buf:
                 return False
             self.after_think = False
-        if self.tools and (start := self.buf.find(TOOL_CALL[0])) >= 0:
+        if self.tools and (start := self.buf.find(self.fmt.begin)) >= 0:
             before = self._take(start)
             self._say(out, before.rstrip())
             self.space = before[len(before.rstrip()) :]  # dropped if a call follows, kept if not
-            self._take(len(TOOL_CALL[0]))
+            self._take(len(self.fmt.begin))
             self.mode = "tool"
             return True
         if not self.tools:
@@ -139,7 +216,8 @@ class ChatOutputParser:
                 len(self.buf) if self.after_call and not self.buf.strip() else 0
             )  # whitespace after the calls
         else:  # a tag may be starting; whitespace before it may come before a call
-            tag = partial_tag(self.buf, TOOL_CALL[0])
+            tags = (self.fmt.begin, *self.fmt.wrapper)
+            tag = max(partial_tag(self.buf, t) for t in tags if t)
             rest = self.buf[: len(self.buf) - tag]
             keep = tag + len(rest) - len(rest.rstrip())
         self._say(out, self._take(len(self.buf) - keep))
@@ -148,17 +226,17 @@ class ChatOutputParser:
         return False
 
     def _tool(self, out, final) -> bool:
-        end = self.buf.find(TOOL_CALL[1])
+        end = self.buf.find(self.fmt.end)
         if end < 0 and not final:
             return False
         body = self._take(end if end >= 0 else len(self.buf))
-        closed = self._take(len(TOOL_CALL[1])) if end >= 0 else ""
-        if (call := parse_tool_call(body)) is not None:
+        closed = self._take(len(self.fmt.end)) if end >= 0 else ""
+        if (call := self.fmt.parse(body)) is not None:
             out["tool_calls"].append({"index": self.num_calls} | call)
             self.num_calls, self.after_call = self.num_calls + 1, True
         else:
             self._say(
-                out, self.space + TOOL_CALL[0] + body + closed
+                out, self.space + self.fmt.begin + body + closed
             )  # not a call after all: nothing is lost
         self.space = ""
         self.mode = "content"

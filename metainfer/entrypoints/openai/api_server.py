@@ -22,7 +22,7 @@ from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ...engine.runner import show_startup_log
 from .cli_args import StartupError, chat_template_of, cors_options
-from ..chat_parsing import REASONING_PARSERS
+from ..chat_parsing import REASONING_PARSERS, TOOL_FORMATS
 from .protocol import OpenAIError
 from .engine_loop import AsyncLLMEngine, EngineError
 from .serving import ServerState, check_api_key, max_token_chars
@@ -58,12 +58,11 @@ CORS_DEFAULTS = {"allow_origins": ["*"], "allow_methods": ["*"], "allow_headers"
 
 def build_app(
     engine: AsyncLLMEngine,  # the engine thread to serve
-    served_model_names: list[str]
-    | None = None,  # names clients may ask for (default: the model path)
+    served_model_names: list[str] | None = None,  # names clients may ask for (default: the model)
     api_key: str | None = None,  # if set, /v1 routes need `Authorization: Bearer <key>`
     max_body_bytes: int = 16 * 2**20,  # larger request bodies get a 413
-    reasoning_parser: str
-    | None = None,  # "qwen3" or "deepseek_r1": chats split off `reasoning_content`
+    reasoning_parser: str | None = None,  # qwen3 or deepseek_r1: chats get `reasoning_content`
+    tool_call_parser: str = "hermes",  # vLLM's name of the model's tool-call format
     trust_request_chat_template: bool = False,  # vLLM's flag: else a request's template is a 400
     chat_template: str | None = None,  # replaces the tokenizer's (`--chat-template`)
     log_requests: bool = False,  # log each request (`--enable-log-requests`)
@@ -93,6 +92,7 @@ def build_app(
         trust_request_chat_template,
         None if longest is None else longest * engine.max_model_len,
         sampling_defaults=engine.engine.generation_defaults,
+        tool_format=TOOL_FORMATS[tool_call_parser],
         log_requests=log_requests,
         metrics=ServerMetrics(names[0], engine.max_model_len),
     )
@@ -265,6 +265,7 @@ def serve_main(args) -> None:
         names,
         api_key,
         reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
         trust_request_chat_template=args.trust_request_chat_template,
         chat_template=template,
         log_requests=args.log_requests,

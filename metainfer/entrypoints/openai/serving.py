@@ -17,7 +17,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from ...engine.sequence import SamplingParams
-from ..chat_parsing import ChatOutputParser
+from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     OpenAIModel,
@@ -34,8 +34,9 @@ from .structured_outputs import request_grammars
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
 
 # %% auto #0
-__all__ = ['BIG_BODY_BYTES', 'MAX_CHOICES', 'BodyParser', 'ServerState', 'max_token_chars', 'server_state', 'check_api_key',
-           'read_body', 'read_request', 'check_request', 'check_model', 'Choice', 'abort_all', 'submit', 'add_choices']
+__all__ = ['BIG_BODY_BYTES', 'MAX_CHOICES', 'BodyParser', 'ServerState', 'keeps_tool_tags', 'max_token_chars', 'server_state',
+           'check_api_key', 'read_body', 'read_request', 'check_request', 'check_model', 'Choice', 'abort_all',
+           'submit', 'add_choices']
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #c004
 BIG_BODY_BYTES = 256 * 2**10  # larger bodies are validated in a worker process
@@ -81,6 +82,15 @@ class ServerState:
     sampling_defaults: dict = field(default_factory=dict)  # generation_config.json's (vLLM's auto)
     log_requests: bool = False  # log each request's id, prompt lengths and sampling parameters
     metrics: Any = None  # the app's `ServerMetrics`
+    tool_format: ToolFormat = TOOL_FORMATS["hermes"]  # how the model writes tool calls
+
+
+def keeps_tool_tags(st: ServerState, req) -> bool:
+    "Whether a chat's text must keep special tokens: they write its tool calls' tags."
+    if not getattr(req, "tools", None) or req.tool_choice == "none" or st.tokenizer is None:
+        return False
+    special = set(st.tokenizer.all_special_tokens)
+    return any(t in special for t in (st.tool_format.begin, st.tool_format.end))
 
 
 def max_token_chars(tokenizer) -> int | None:
@@ -238,9 +248,12 @@ async def add_choices(
         st.tokenizer,
         st.engine.engine.grammars,
         st.reasoning_parser is not None,
+        st.tool_format,
     )  # compiled off the event loop and the engine's thread
     if grammars is not None:
         params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]
+    if keeps_tool_tags(st, req):  # DeepSeek's tags are special tokens: the parser must see them
+        params = [replace(p, skip_special_tokens=False) for p in params]
     # with a seed, choice j draws with seed + j (as vLLM does): n different samples. Only a
     # prompt's first choice scores the prompt; the others take its logprobs (`with_prompt_logprobs`)
     specs = [

@@ -39,6 +39,7 @@ def output_parser(
     parser = ChatOutputParser(
         reasoning,
         tools=bool(req.tools) and req.tool_choice != "none",
+        tool_format=st.tool_format,
         in_reasoning=reasoning
         and (
             st.reasoning_parser == "deepseek_r1"

@@ -81,7 +81,7 @@ def response_object(
         "top_p": req.top_p,
         "tool_choice": req.tool_choice or "auto",
         "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
-        "text": {"format": {"type": "text"}},
+        "text": {"format": (req.text and req.text.format) or {"type": "text"}},  # (as asked)
         "store": False,
         "usage": usage,
     }
