@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
+from ...engine.admission import truncated
 from ...engine.sequence import SamplingParams
 from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
@@ -235,8 +236,8 @@ async def add_choices(
     except Exception as e:  # (logged; a client sees no Python error text)
         logging.getLogger("metainfer").warning("could not tokenize a prompt", exc_info=e)
         raise OpenAIError("could not tokenize the prompt", param="prompt") from None
-    if (k := req.truncate_prompt_tokens) is not None:  # the last k tokens, as vLLM keeps
-        prompts = [ids[-(st.engine.max_model_len if k == -1 else k) :] for ids in prompts]
+    if (k := req.truncate_prompt_tokens) is not None:  # (before the checks of prompt lengths)
+        prompts = [truncated(ids, k, st.engine.max_model_len) for ids in prompts]
     params = [  # every prompt checked first
         sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults)
         for ids in prompts
