@@ -1,0 +1,108 @@
+"""Fetch and clean the training text of the tiny models: Debian packages, downloaded by name.
+
+    python3 tools/tiny_models/corpus.py OUT_DIR
+
+`apt-get download` fetches the packages (no root install), `dpkg-deb -x` unpacks them, and the
+package's own `bible` program prints the King James Version from its compressed data file. Writes
+OUT_DIR/train.txt and OUT_DIR/heldout.txt (documents separated by a form feed, `\\f`) and
+OUT_DIR/sources.json (package names, versions, licences, sizes).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PACKAGES = {
+    "bible-kjv-text": "King James Version text (1611, public domain)",
+    "bible-kjv": "its reader, the `bible` program (GPL-2+), used only to print the text",
+    "fortunes": "fortune-mod's quotations (BSD-licensed collection)",
+    "fortunes-min": "the same collection's `fortunes` file",
+}
+# The fortune files kept: prose and verse; ASCII art and the Debian/Linux in-jokes are left out.
+FORTUNE_FILES = (
+    "art cookie computers definitions education food fortunes goedel humorists kids law literature"
+    " love magic medicine men-women miscellaneous news people pets platitudes politics riddles"
+    " science songs-poems sports startrek translate-me wisdom work"
+).split()
+HELDOUT_EVERY = 50  # every 50th document (chapter or quotation) is held out
+
+
+def unpack(packages: list[str], work: Path) -> dict[str, str]:
+    "Download `packages` with apt-get and unpack them under work/root; returns their versions."
+    subprocess.run(["apt-get", "download", *packages], cwd=work, check=True, capture_output=True)
+    versions = {}
+    for deb in sorted(work.glob("*.deb")):
+        fields = subprocess.run(
+            ["dpkg-deb", "-f", deb, "Package", "Version"], capture_output=True, text=True, check=True
+        ).stdout
+        name, version = (line.split(": ", 1)[1] for line in fields.strip().splitlines())
+        versions[name] = version
+        subprocess.run(["dpkg-deb", "-x", deb, work / "root"], check=True)
+    return versions
+
+
+def kjv_chapters(root: Path) -> list[str]:
+    "One document per chapter: the heading ('Genesis 1'), then one verse a line, numbers dropped."
+    text = subprocess.run(
+        [root / "usr/bin/bible", "-l100000", "-p", root / "usr/lib", "gen1:1-rev22:21"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    docs, lines = [], []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        verse = re.match(r"^\s+\d+ (.*)$", line)
+        if verse:
+            lines.append(verse.group(1).strip())
+        else:  # a chapter heading
+            if lines:
+                docs.append("\n".join(lines))
+            lines = [line.strip()]
+    docs.append("\n".join(lines))
+    return docs
+
+
+def fortunes(root: Path) -> list[str]:
+    "One document per quotation: overstrikes (`_\\bx`) and tabs undone, trailing blanks dropped."
+    docs = []
+    for name in FORTUNE_FILES:
+        raw = (root / "usr/share/games/fortunes" / name).read_text(encoding="latin-1")
+        raw = re.sub(".\x08", "", raw)
+        for entry in raw.split("\n%\n"):
+            entry = "\n".join(l.rstrip().expandtabs(4) for l in entry.strip("\n%").splitlines())
+            if entry.strip():
+                docs.append(entry)
+    return docs
+
+
+def main(out_dir: str) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        versions = unpack(list(PACKAGES), work)
+        corpora = {"kjv": kjv_chapters(work / "root"), "fortunes": fortunes(work / "root")}
+    train, heldout = [], []
+    for docs in corpora.values():
+        for i, doc in enumerate(docs):
+            (heldout if i % HELDOUT_EVERY == HELDOUT_EVERY - 1 else train).append(doc)
+    (out / "train.txt").write_text("\f".join(train))
+    (out / "heldout.txt").write_text("\f".join(heldout))
+    sources = {
+        "packages": {p: dict(version=versions[p], what=w) for p, w in PACKAGES.items()},
+        "fortune_files": FORTUNE_FILES,
+        "documents": {k: len(v) for k, v in corpora.items()},
+        "characters": {"train": sum(map(len, train)), "heldout": sum(map(len, heldout))},
+        "heldout_rule": f"every {HELDOUT_EVERY}th document of each corpus",
+    }
+    (out / "sources.json").write_text(json.dumps(sources, indent=1) + "\n")
+    print(json.dumps(sources, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
