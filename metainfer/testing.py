@@ -5,15 +5,16 @@
 # %% ../nbs/02_testing.ipynb #c001
 from __future__ import annotations
 import json
-import os
+import lzma
 import shutil
 from pathlib import Path
 import torch
 import metainfer
 
 # %% auto #0
-__all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'published_config', 'hf_config', 'perturb_constant_tensors',
-           'write_random_checkpoint', 'default_model_dir', 'hf_model', 'hf_greedy']
+__all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'TRAINED', 'published_config', 'hf_config',
+           'perturb_constant_tensors', 'write_random_checkpoint', 'trained_model_dir', 'default_model_dir',
+           'heldout_prompts', 'hf_model', 'hf_generate', 'hf_greedy']
 
 # %% ../nbs/02_testing.ipynb #c004
 ASSETS = Path(metainfer.__file__).parent / "assets"
@@ -178,21 +179,32 @@ def write_random_checkpoint(
         perturb_constant_tensors(model)
     model.save_pretrained(out, max_shard_size=max_shard_size)
     if config.vocab_size >= 151669:  # the Qwen3 tokenizer fits this vocabulary
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(ASSETS / "tokenizers" / "qwen3" / f, out / f)
+        qwen3 = ASSETS / "tokenizers" / "qwen3"  # tokenizer.json kept xz-compressed (11 MB -> 1.4)
+        shutil.copy(qwen3 / "tokenizer_config.json", out / "tokenizer_config.json")
+        tokenizer = lzma.decompress((qwen3 / "tokenizer.json.xz").read_bytes())
+        (out / "tokenizer.json").write_bytes(tokenizer)
     return out
 
 # %% ../nbs/02_testing.ipynb #b305ada2
+TRAINED = {"qwen3": "metainfer-tiny-qwen3", "deepseek-v2": "metainfer-tiny-deepseek-v2"}
+
+
+def trained_model_dir(arch: str = "qwen3") -> Path:
+    """One of the two tiny models trained for metainfer on public-domain and BSD-licensed text
+    (`metainfer/assets/models`, recipe in `tools/tiny_models`): `qwen3` or `deepseek-v2`."""
+    if arch not in TRAINED:
+        raise ValueError(f"no trained model {arch!r}; have {list(TRAINED)}")
+    return ASSETS / "models" / TRAINED[arch]
+
+
 def default_model_dir() -> Path:
-    "The embedded default model (tiny Qwen3, random weights), built on first use."
-    root = Path(os.environ.get("METAINFER_CACHE", Path.home() / ".cache" / "metainfer"))
-    path = root / "qwen3-tiny-random"
-    if not (path / "config.json").exists():
-        tmp = root / f".qwen3-tiny-random.{os.getpid()}"
-        write_random_checkpoint(tmp, "qwen3-tiny", seed=0)
-        if not path.exists():
-            tmp.replace(path)
-    return path
+    "The embedded default model: the tiny Qwen3 trained on the King James Bible and fortunes."
+    return trained_model_dir("qwen3")
+
+
+def heldout_prompts() -> list[str]:
+    "The opening words of 64 documents held out of the trained models' corpus."
+    return json.loads((ASSETS / "models" / "prompts.json").read_text())
 
 # %% ../nbs/02_testing.ipynb #c014
 def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
@@ -205,19 +217,25 @@ def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: 
 
 
 @torch.no_grad()
+def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False):
+    """HF `generate`, greedy, on one prompt, never stopping early at EOS (nor barring it); `logits`:
+    also each step's raw logits (`.logits`)."""
+    x = torch.tensor([ids], device=model.device)
+    return model.generate(
+        x,
+        attention_mask=torch.ones_like(x),
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+        output_logits=logits,
+        return_dict_in_generate=True,
+    )
+
+
 def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    "Greedy completions of each prompt, one at a time, never stopping early at EOS."
-    outs = []
-    for ids in prompts:
-        x = torch.tensor([ids], device=model.device)
-        y = model.generate(
-            x,
-            attention_mask=torch.ones_like(x),
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=0,
-            do_sample=False,
-            eos_token_id=None,
-            pad_token_id=0,
-        )
-        outs.append(y[0, len(ids) :].tolist())
-    return outs
+    "Greedy completions of each prompt, one at a time (`hf_generate`)."
+    return [
+        hf_generate(model, ids, max_new_tokens).sequences[0, len(ids) :].tolist() for ids in prompts
+    ]

@@ -25,3 +25,16 @@ def test_generate_cli_prints_text_and_speed(checkpoints):
     )
     assert r.returncode == 0, r.stderr
     assert "8 tokens in" in r.stdout and "tokens/s" in r.stdout
+
+
+def test_generate_cli_default_is_the_trained_model():
+    exe = Path(sys.executable).parent / "metainfer"
+    r = subprocess.run(
+        [str(exe), "generate", "--max-tokens", "16", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "embedded default metainfer-tiny-qwen3: a tiny Qwen3 trained here" in r.stdout
+    assert "--- prompt: 'And God said'" in r.stdout and "tokens/s" in r.stdout

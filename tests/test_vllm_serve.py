@@ -265,7 +265,7 @@ def test_defaults_where_vllm_has_them(plain):
         assert "INFO metainfer: request" not in plain.log
         assert '"POST /v1/completions HTTP/1.1" 200' in plain.log
         name = c.get("/v1/models").json()["data"][0]["id"]
-        assert name == "qwen3-tiny-random"  # no model argument: the embedded one, by its name
+        assert name == "metainfer-tiny-qwen3"  # no model argument: the embedded one, by its name
 
 
 def test_models_retrieve_and_ping(plain):
@@ -302,7 +302,7 @@ def test_metrics_have_vllm_names_and_move(plain):
         for name in names:
             assert before[f"vllm:{name}"].type == kind, name
     labels = before["vllm:num_requests_running"].samples[0].labels
-    assert labels["model_name"] == "qwen3-tiny-random"
+    assert labels["model_name"] == "metainfer-tiny-qwen3"
     reasons = {s.labels["finished_reason"] for s in before["vllm:request_success"].samples}
     assert {"stop", "length", "abort"} <= reasons
     body = {"prompt": "hello", "max_tokens": 5, "ignore_eos": True}
@@ -417,4 +417,4 @@ def test_bench_modes_have_help_and_a_default_model(tmp_path):
     r = metainfer(*argv, "--out", str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1].startswith("latency: Qwen3ForCausalLM")
-    assert list(tmp_path.glob("latency-qwen3-tiny-random-tp1.json"))
+    assert list(tmp_path.glob("latency-metainfer-tiny-qwen3-tp1.json"))

@@ -6,7 +6,7 @@ latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
-deepseek-tp4-throughput: one call (570 s) holds about two of them.
+deepseek-tp4-throughput; tiny-train, greedy (issue 29): one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -594,6 +594,60 @@ def stage_structured():
     rc = sh(f"{PY} tools/structured_overhead.py {checkpoint('Qwen3-8B')} --out {RES}", 300)
     summary.append(f"structured: rc {rc}")
     keep()
+
+
+TINY_MODELS = Path("/tmp/tiny-models")  # stage tiny-train's checkpoints
+TRAINED = ("metainfer-tiny-qwen3", "metainfer-tiny-deepseek-v2")
+
+
+def stage_tiny_train():
+    """Issue 29: train the two tiny models on build/tiny_data (carried; made by
+    tools/tiny_models/tokenizer.py); the checkpoints come back as $OUT/models.tar.part-*. With
+    Z_LOSSES="a b": once per z-loss coefficient, into TINY_MODELS/z<a>/, each followed by stage
+    greedy on its models."""
+    z_losses = os.environ.get("Z_LOSSES", "").split()
+    for z in z_losses or [None]:
+        out = TINY_MODELS / f"z{z}" if z else TINY_MODELS
+        sh(
+            f"{PY} tools/tiny_models/train.py build/tiny_data {out}"
+            + (f" --z-loss {z}" if z else ""),
+            200,
+        )
+        for name in TRAINED:
+            if (out / name / "training.json").exists():
+                shutil.copy(out / name / "training.json", RES / f"training-{name}-z{z}.json")
+        keep()
+        if z:
+            for name in TRAINED:
+                bench(f"greedy {out / name} --name greedy-{name}-z{z}", 200)
+    best = max(z_losses, key=worst_identical) if z_losses else None
+    summary.append(
+        f"kept z-loss {best}: {worst_identical(best) if best else ''} identical at worst"
+    )
+    sh(
+        f"tar cf - -C {TINY_MODELS / f'z{best}' if best else TINY_MODELS} . | split -b 15M - "
+        f"{OUT}/models.tar.part-"
+    )
+
+
+def worst_identical(z: str) -> int:
+    "The fewest identical completions of any greedy run on the models trained with z-loss z."
+    counts = [
+        run["identical"]
+        for name in TRAINED
+        if (f := KEEP / f"greedy-{name}-z{z}.json").exists()
+        for run in json.loads(f.read_text())["metainfer"]["runs"]
+    ]
+    return min(counts) if len(counts) == 8 else -1
+
+
+def stage_greedy():
+    """Issue 29: `bench greedy` on both trained models (stage tiny-train's if this machine has
+    them, else the embedded ones)."""
+    from_assets = Path("metainfer/assets/models")
+    for name in TRAINED:
+        path = TINY_MODELS / name if (TINY_MODELS / name).exists() else from_assets / name
+        bench(f"greedy {path} --name greedy-{name}", 240)
 
 
 if __name__ == "__main__":

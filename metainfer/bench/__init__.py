@@ -16,6 +16,7 @@ MODES = {  # mode: (module of metainfer.bench, what it measures)
     "latency": ("latency", "decode tokens/s, TTFT, TPOT vs the roofline (and --peer hf)"),
     "throughput": ("throughput", "offline: 256 sequences, lengths uniform in [100, 1024]"),
     "agreement": ("agreement", "teacher-forced top-1 agreement with HF or an earlier run"),
+    "greedy": ("greedy", "greedy completions of real text, word for word against HF generate"),
     "allreduce": ("allreduce", "all-reduce latency, NCCL vs symmetric memory"),
 }
 

@@ -33,7 +33,7 @@ def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
         "model",
         nargs="?",
         help="checkpoint folder (config.json, *.safetensors, tokenizer; default: the embedded "
-        "tiny random model)",
+        "tiny trained Qwen3)",
     )
     add_engine_args(parser)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")

@@ -25,7 +25,8 @@ def generate_main(args) -> None:
     model = args.model or default_model_dir()
     if not args.model:
         print(
-            f"model: embedded default {model} (tiny Qwen3 shape, RANDOM weights: expect gibberish)"
+            f"model: embedded default {model.name}: a tiny Qwen3 trained here on the King James "
+            "Bible and fortune quotations (expect their register, not facts)"
         )
     llm = LLM(**asdict(engine_config(args, str(model))))
     params = SamplingParams(
@@ -59,7 +60,7 @@ def add_generate_parser(sub) -> None:
         conflict_handler="resolve",
     )
     g.add_argument(
-        "model", nargs="?", help="checkpoint folder (default: the embedded tiny random model)"
+        "model", nargs="?", help="checkpoint folder (default: the embedded tiny trained Qwen3)"
     )
     g.add_argument("--prompt", action="append", help="a prompt (repeat for a batch)")
     g.add_argument("--max-tokens", type=int, default=64)
@@ -119,7 +120,11 @@ def main(argv: list[str] | None = None) -> None:
 
     install_stack_dumps()
     if args.command == "generate" and not args.prompt:
-        args.prompt = ["The path of a token through an inference engine", "Hello, my name is"]
+        args.prompt = [
+            "And God said",
+            "A fool and his money",
+            "The path of a token through an engine",
+        ]
     try:
         if getattr(args, "model", None):
             check_model_folder(args.model)

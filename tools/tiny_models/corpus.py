@@ -5,7 +5,8 @@
 `apt-get download` fetches the packages (no root install), `dpkg-deb -x` unpacks them, and the
 package's own `bible` program prints the King James Version from its compressed data file. Writes
 OUT_DIR/train.txt and OUT_DIR/heldout.txt (documents separated by a form feed, `\\f`) and
-OUT_DIR/sources.json (package names, versions, licences, sizes).
+OUT_DIR/sources.json (package names, versions, licences, sizes) and OUT_DIR/prompts.json (the
+opening words of held-out documents, the prompts of the tests and of `metainfer bench greedy`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ FORTUNE_FILES = (
     " science songs-poems sports startrek translate-me wisdom work"
 ).split()
 HELDOUT_EVERY = 50  # every 50th document (chapter or quotation) is held out
+PROMPTS, PROMPT_WORDS = 64, 12  # the held-out prompts: each held-out document's first 12 words
+
+
+def prompts(heldout: dict[str, list[str]]) -> list[str]:
+    "Every held-out chapter's opening, then quotations' (those of 12 words or more) up to PROMPTS."
+    out = []
+    for docs in heldout.values():
+        for doc in docs:
+            words = list(re.finditer(r"\S+", doc))
+            if len(words) >= PROMPT_WORDS and len(out) < PROMPTS:
+                out.append(doc[: words[PROMPT_WORDS - 1].end()])
+    return out
 
 
 def unpack(packages: list[str], work: Path) -> dict[str, str]:
@@ -38,7 +51,10 @@ def unpack(packages: list[str], work: Path) -> dict[str, str]:
     versions = {}
     for deb in sorted(work.glob("*.deb")):
         fields = subprocess.run(
-            ["dpkg-deb", "-f", deb, "Package", "Version"], capture_output=True, text=True, check=True
+            ["dpkg-deb", "-f", deb, "Package", "Version"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         name, version = (line.split(": ", 1)[1] for line in fields.strip().splitlines())
         versions[name] = version
@@ -50,7 +66,9 @@ def kjv_chapters(root: Path) -> list[str]:
     "One document per chapter: the heading ('Genesis 1'), then one verse a line, numbers dropped."
     text = subprocess.run(
         [root / "usr/bin/bible", "-l100000", "-p", root / "usr/lib", "gen1:1-rev22:21"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     docs, lines = [], []
     for line in text.splitlines():
@@ -87,10 +105,14 @@ def main(out_dir: str) -> None:
         work = Path(tmp)
         versions = unpack(list(PACKAGES), work)
         corpora = {"kjv": kjv_chapters(work / "root"), "fortunes": fortunes(work / "root")}
-    train, heldout = [], []
-    for docs in corpora.values():
-        for i, doc in enumerate(docs):
-            (heldout if i % HELDOUT_EVERY == HELDOUT_EVERY - 1 else train).append(doc)
+    held = {k: v[HELDOUT_EVERY - 1 :: HELDOUT_EVERY] for k, v in corpora.items()}
+    train = [
+        d
+        for docs in corpora.values()
+        for i, d in enumerate(docs)
+        if i % HELDOUT_EVERY != HELDOUT_EVERY - 1
+    ]
+    heldout = [d for docs in held.values() for d in docs]
     (out / "train.txt").write_text("\f".join(train))
     (out / "heldout.txt").write_text("\f".join(heldout))
     sources = {
@@ -100,6 +122,7 @@ def main(out_dir: str) -> None:
         "characters": {"train": sum(map(len, train)), "heldout": sum(map(len, heldout))},
         "heldout_rule": f"every {HELDOUT_EVERY}th document of each corpus",
     }
+    (out / "prompts.json").write_text(json.dumps(prompts(held), indent=1) + "\n")
     (out / "sources.json").write_text(json.dumps(sources, indent=1) + "\n")
     print(json.dumps(sources, indent=1))
 

@@ -22,7 +22,7 @@ LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
 def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     "The flags of `metainfer serve`: the model, the server's own flags, then `add_engine_args`."
     p.add_argument(
-        "model", nargs="?", help="checkpoint folder (default: the embedded tiny random model)"
+        "model", nargs="?", help="checkpoint folder (default: the embedded tiny trained Qwen3)"
     )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
