@@ -19,7 +19,13 @@ from this repo's root:
     asttokens pure_eval traitlets astunparse fastgit ghapi fastspec watchdog decorator fastapi \
     starlette pydantic pydantic-core uvicorn annotated-types typing-inspection annotated-doc \
     opentelemetry-api
-and start the device command with
+The device copies the whole working tree, at most 64 MiB with what is carried: the tracked
+tree is ~56 MiB since the trained tiny models (45 MB) are in it, so carry only the wheels a call
+needs: the serve set (fastapi starlette pydantic pydantic-core uvicorn annotated-types
+typing-inspection annotated-doc h11 click anyio sniffio idna llguidance prometheus_client,
+6.3 MiB) or the nbtest set (the nbdev ones above without jedi, 2.8 MiB), e.g. in .whl-serve/,
+carried as [".whl-serve"] and installed from `.whl-serve/*.whl` below. Then start the device
+command with
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   export PYTHONPATH=$PWD:/tmp/site
 Each stage's JSON/PNG files land under $OUT/results/ (tarred at the end, so any number of files come
