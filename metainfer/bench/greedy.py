@@ -118,14 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def engine_runs(args: argparse.Namespace, prompts: list[list[int]]) -> tuple[dict, list[dict]]:
     "The result's head and one run per (CUDA graphs or not, batch size)."
+    import torch
+
     res, runs = None, []
-    for eager in (False, True):
+    on_gpu = args.device != "cpu" and torch.cuda.is_available()
+    for eager in (False, True) if on_gpu else (True,):  # CUDA graphs exist only on the GPU
         args.enforce_eager = eager
         llm = start_engine(args)
-        on_gpu = llm.engine.runner.device.type == "cuda"
-        if not on_gpu and not eager:
-            llm.shutdown()
-            continue
         res = res or run_record(llm, args, "greedy", measure_card(llm), len(prompts))
         for batch in map(int, args.batch_sizes.split(",")):
             t = time.perf_counter()
@@ -183,7 +182,10 @@ def control(model_dir: str, device: str, prompts, n: int, hf: list, runs: list[d
 
     free_memory()
     fp32, _ = hf_completions(hf_model(model_dir, torch.float32, device), prompts, n)
-    same = lambda tokens: sum(a == b for a, b in zip(tokens, fp32))  # noqa: E731
+
+    def same(tokens: list[list[int]]) -> int:
+        return sum(a == b for a, b in zip(tokens, fp32))
+
     return {
         "hf_bf16_identical_to_hf_fp32": same(hf),
         "metainfer_identical_to_hf_fp32": [
