@@ -1618,6 +1618,7 @@ d = { 'settings': { 'branch': 'main',
                                    'metainfer.testing.perturb_constant_tensors': ( 'testing.html#perturb_constant_tensors',
                                                                                    'metainfer/testing.py'),
                                    'metainfer.testing.published_config': ('testing.html#published_config', 'metainfer/testing.py'),
+                                   'metainfer.testing.qwen3_tokenizer_dir': ('testing.html#qwen3_tokenizer_dir', 'metainfer/testing.py'),
                                    'metainfer.testing.trained_model_dir': ('testing.html#trained_model_dir', 'metainfer/testing.py'),
                                    'metainfer.testing.write_random_checkpoint': ( 'testing.html#write_random_checkpoint',
                                                                                   'metainfer/testing.py')}}}

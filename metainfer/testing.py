@@ -4,8 +4,10 @@
 
 # %% ../nbs/02_testing.ipynb #c001
 from __future__ import annotations
+import hashlib
 import json
 import lzma
+import os
 import shutil
 from pathlib import Path
 import torch
@@ -13,8 +15,8 @@ import metainfer
 
 # %% auto #0
 __all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'TRAINED', 'published_config', 'hf_config',
-           'perturb_constant_tensors', 'write_random_checkpoint', 'trained_model_dir', 'default_model_dir',
-           'heldout_prompts', 'hf_model', 'hf_generate', 'hf_greedy']
+           'qwen3_tokenizer_dir', 'perturb_constant_tensors', 'write_random_checkpoint', 'trained_model_dir',
+           'default_model_dir', 'heldout_prompts', 'hf_model', 'hf_generate', 'hf_greedy']
 
 # %% ../nbs/02_testing.ipynb #c004
 ASSETS = Path(metainfer.__file__).parent / "assets"
@@ -138,6 +140,26 @@ def hf_config(preset_or_dict: str | dict, **overrides):
     }
     return AutoConfig.for_model(d.pop("model_type"), **d)
 
+# %% ../nbs/02_testing.ipynb #tk02
+def qwen3_tokenizer_dir() -> Path:
+    """The real Qwen3 tokenizer as a folder `AutoTokenizer` loads. `assets/tokenizers/qwen3` keeps
+    `tokenizer.json` xz-compressed (11.4 MB -> 1.4), so it is written out once into a cache folder
+    (`$METAINFER_CACHE`, else `~/.cache/metainfer`), named by the compressed file's hash."""
+    src = ASSETS / "tokenizers" / "qwen3"
+    packed = (src / "tokenizer.json.xz").read_bytes()
+    root = Path(os.environ.get("METAINFER_CACHE", Path.home() / ".cache" / "metainfer"))
+    path = root / f"qwen3-tokenizer-{hashlib.sha256(packed).hexdigest()[:12]}"
+    if not (path / "tokenizer.json").exists():
+        tmp = root / f".{path.name}.{os.getpid()}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / "tokenizer_config.json", tmp / "tokenizer_config.json")
+        (tmp / "tokenizer.json").write_bytes(lzma.decompress(packed))
+        try:
+            tmp.replace(path)  # atomic: a reader never sees half a folder
+        except OSError:  # another process wrote it first
+            shutil.rmtree(tmp)
+    return path
+
 # %% ../nbs/02_testing.ipynb #c010
 @torch.no_grad()
 def perturb_constant_tensors(model: torch.nn.Module, scale: float = 0.1) -> list[str]:
@@ -179,10 +201,8 @@ def write_random_checkpoint(
         perturb_constant_tensors(model)
     model.save_pretrained(out, max_shard_size=max_shard_size)
     if config.vocab_size >= 151669:  # the Qwen3 tokenizer fits this vocabulary
-        qwen3 = ASSETS / "tokenizers" / "qwen3"  # tokenizer.json kept xz-compressed (11 MB -> 1.4)
-        shutil.copy(qwen3 / "tokenizer_config.json", out / "tokenizer_config.json")
-        tokenizer = lzma.decompress((qwen3 / "tokenizer.json.xz").read_bytes())
-        (out / "tokenizer.json").write_bytes(tokenizer)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(qwen3_tokenizer_dir() / f, out / f)
     return out
 
 # %% ../nbs/02_testing.ipynb #b305ada2
