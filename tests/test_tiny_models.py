@@ -31,16 +31,11 @@ def test_greedy_text_equals_hf_and_tp2(arch, hf_models):
     ours = run(arch, ids)
     assert ours == hf_greedy(hf_models(trained_model_dir(arch)), ids, 64)
     assert run(arch, ids[:6], tp=2) == ours[:6]
-
-
-def test_trained_models_write_text():
-    "The completions are the corpus's English: mostly words, not one token repeated."
-    tok = AutoTokenizer.from_pretrained(trained_model_dir())
-    for arch in ("qwen3", "deepseek-v2"):
-        text = " ".join(tok.decode(t) for t in run(arch, prompts(4)))
-        words = text.split()
-        assert len(set(words)) > len(words) / 4, text
-        assert sum(w.strip(".,;:?!'\"()").isalpha() for w in words) > 0.8 * len(words), text
+    # and it is the corpus's English: mostly words, not one token repeated
+    text = AutoTokenizer.from_pretrained(trained_model_dir(arch)).decode(sum(ours[:4], []))
+    words = text.split()
+    assert len(set(words)) > len(words) / 4, text
+    assert sum(w.strip(".,;:?!'\"()").isalpha() for w in words) > 0.8 * len(words), text
 
 
 def test_qwen3_loads_in_hf_without_custom_code():
