@@ -6,10 +6,11 @@
 from __future__ import annotations
 import hashlib
 import json
-import lzma
 import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 import torch
 import metainfer
 
@@ -144,20 +145,25 @@ def hf_config(preset_or_dict: str | dict, **overrides):
 def qwen3_tokenizer_dir() -> Path:
     """The real Qwen3 tokenizer as a folder `AutoTokenizer` loads. `assets/tokenizers/qwen3` keeps
     `tokenizer.json` xz-compressed (11.4 MB -> 1.4), so it is written out once into a cache folder
-    (`$METAINFER_CACHE`, else `~/.cache/metainfer`), named by the compressed file's hash."""
+    (`$METAINFER_CACHE`, else `~/.cache/metainfer`), named by both files' hash."""
+    import lzma  # here: only this needs it
+
     src = ASSETS / "tokenizers" / "qwen3"
-    packed = (src / "tokenizer.json.xz").read_bytes()
+    packed, config = (src / "tokenizer.json.xz").read_bytes(), (src / "tokenizer_config.json")
+    digest = hashlib.sha256(packed + config.read_bytes()).hexdigest()[:12]
     root = Path(os.environ.get("METAINFER_CACHE", Path.home() / ".cache" / "metainfer"))
-    path = root / f"qwen3-tokenizer-{hashlib.sha256(packed).hexdigest()[:12]}"
+    path = root / f"qwen3-tokenizer-{digest}"
     if not (path / "tokenizer.json").exists():
-        tmp = root / f".{path.name}.{os.getpid()}"
-        tmp.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src / "tokenizer_config.json", tmp / "tokenizer_config.json")
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=root))  # one per writer
+        shutil.copy(config, tmp / "tokenizer_config.json")
         (tmp / "tokenizer.json").write_bytes(lzma.decompress(packed))
         try:
             tmp.replace(path)  # atomic: a reader never sees half a folder
-        except OSError:  # another process wrote it first
+        except OSError:
             shutil.rmtree(tmp)
+            if not (path / "tokenizer.json").exists():  # not another writer's win: a real error
+                raise
     return path
 
 # %% ../nbs/02_testing.ipynb #c010
@@ -237,9 +243,9 @@ def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: 
 
 
 @torch.no_grad()
-def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False):
-    """HF `generate`, greedy, on one prompt, never stopping early at EOS (nor barring it); `logits`:
-    also each step's raw logits (`.logits`)."""
+def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False) -> Any:
+    """HF `generate`, greedy, on one prompt, never stopping early at EOS (nor barring it): the
+    output (`.sequences`; with `logits`, each step's raw logits too, `.logits`)."""
     x = torch.tensor([ids], device=model.device)
     return model.generate(
         x,

@@ -621,7 +621,8 @@ def stage_tiny_train():
         )
         for name in TRAINED:
             if (out / name / "training.json").exists():
-                shutil.copy(out / name / "training.json", RES / f"training-{name}-z{z}.json")
+                suffix = f"-z{z}" if z else ""
+                shutil.copy(out / name / "training.json", RES / f"training-{name}{suffix}.json")
         keep()
         if z:
             for name in TRAINED:
