@@ -207,8 +207,9 @@ def write_random_checkpoint(
         perturb_constant_tensors(model)
     model.save_pretrained(out, max_shard_size=max_shard_size)
     if config.vocab_size >= 151669:  # the Qwen3 tokenizer fits this vocabulary
+        tokenizer = qwen3_tokenizer_dir()
         for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(qwen3_tokenizer_dir() / f, out / f)
+            shutil.copy(tokenizer / f, out / f)
     return out
 
 # %% ../nbs/02_testing.ipynb #b305ada2

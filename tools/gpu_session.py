@@ -625,8 +625,7 @@ def stage_tiny_train():
                 shutil.copy(out / name / "training.json", RES / f"training-{name}{suffix}.json")
         keep()
         if z:
-            for name in TRAINED:
-                bench(f"greedy {out / name} --name greedy-{name}-z{z}", 200)
+            greedy_on(out, f"-z{z}", 200)
     best = max(z_losses, key=worst_identical) if z_losses else None
     summary.append(
         f"kept z-loss {best}: {worst_identical(best) if best else ''} identical at worst"
@@ -648,13 +647,17 @@ def worst_identical(z: str) -> int:
     return min(counts) if len(counts) == 8 else -1
 
 
+def greedy_on(root: Path, suffix: str = "", timeout: float = 240) -> None:
+    "`bench greedy` on both trained models under `root`, into greedy-<name><suffix>.json."
+    for name in TRAINED:
+        bench(f"greedy {root / name} --name greedy-{name}{suffix}", timeout)
+
+
 def stage_greedy():
     """Issue 29: `bench greedy` on both trained models (stage tiny-train's if this machine has
     them, else the embedded ones)."""
-    from_assets = Path("metainfer/assets/models")
-    for name in TRAINED:
-        path = TINY_MODELS / name if (TINY_MODELS / name).exists() else from_assets / name
-        bench(f"greedy {path} --name greedy-{name}", 240)
+    trained_here = (TINY_MODELS / TRAINED[0]).exists()
+    greedy_on(TINY_MODELS if trained_here else Path("metainfer/assets/models"))
 
 
 if __name__ == "__main__":

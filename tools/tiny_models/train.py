@@ -5,7 +5,8 @@
 DATA_DIR is tokenizer.py's output. The models are transformers' own classes (built from a published
 config with smaller shapes), trained in fp32 with bf16 autocast on a GPU; each is written with
 `save_pretrained` in bf16 to OUT_DIR/<name>/ with the tokenizer, and its loss curve to
-OUT_DIR/<name>/training.json. The step with the lowest held-out loss is the one kept.
+OUT_DIR/<name>/training.json. The step with the lowest held-out loss is the one kept. Needs
+metainfer importable (the dev venv, or PYTHONPATH=. from the repo root) for its configs.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[2]
-PUBLISHED = ROOT / "metainfer" / "assets" / "configs"
 COMMON = dict(
     vocab_size=8192,
     bos_token_id=0,
@@ -31,7 +30,7 @@ COMMON = dict(
     pad_token_id=0,
     max_position_embeddings=2048,
     rope_theta=10000.0,
-    rope_scaling=None,
+    rope_scaling=None,  # drops the published DeepSeek-V2-Lite's YaRN: plain RoPE at 2,048 positions
 )
 MODELS = {
     # Qwen3: q/k norm, GQA (6 heads, 2 KV heads), tied embeddings. ~11.7M parameters.
@@ -89,16 +88,11 @@ Z_LOSS = 0.0
 
 def build(name: str, device: str):
     "The untrained transformers model of `name`, fp32, on `device`."
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
+    from metainfer.testing import hf_config
 
     base, overrides = MODELS[name]
-    d = json.loads((PUBLISHED / f"{base}.json").read_text()) | overrides
-    d = {
-        k: v
-        for k, v in d.items()
-        if k != "transformers_version" and (v is not None or k in ("q_lora_rank", "rope_scaling"))
-    }
-    config = AutoConfig.for_model(d.pop("model_type"), **d)
+    config = hf_config(base, **overrides)  # the published config with the smaller shapes
     torch.manual_seed(0)
     with torch.device(device):
         return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
