@@ -172,6 +172,12 @@ class EngineConfig:
         choices=ATTENTION_BACKENDS,
     )
     pdl: bool = arg(True, "Hopper: Triton kernels launch with programmatic dependent launch")
+    quantization: str | None = arg(
+        None,
+        "fp8: a dense checkpoint's linear layers in FP8, quantized at load per channel "
+        "(an FP8 checkpoint's own scheme is read from its config.json)",
+        alias="-q",
+    )
     seed: int = arg(0, "the engine's base seed")
     generation_config: str = arg(
         "auto",

@@ -15,7 +15,7 @@ from ..config import EngineConfig, ModelConfig, token_budget
 from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
 from ..layers.attention import KVPool, make_metadata, to_device
-from ..models.loader import load_weights
+from ..models.loader import load_weights, use_fp8_weights
 from .scheduler import ScheduledBatch
 from .step_input import StepInput, step_input, fill_pending
 from metainfer.engine.logits_processing import (
@@ -117,7 +117,8 @@ class ModelRunner:
         with torch.device(self.device), default_dtype(self.dtype):
             model = model_class(model_config.family)
             self.model = model(model_config, self.tp, self.backend).eval()
-        load_weights(self.model, config.model, progress=self.tp.rank == 0)
+        scheme = use_fp8_weights(self.model, config.model, model_config.hf, config.quantization)
+        load_weights(self.model, config.model, self.tp.rank == 0, scheme)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         log.info(
             f"rank {self.tp.rank}: {self.weight_bytes / 2**30:.2f} GiB of weights on {self.device} "
@@ -193,8 +194,7 @@ class ModelRunner:
         return self.null_block
 
     def close(self) -> None:
-        """Free the CUDA graphs; before leaving a process group (NCCL waits for graphs that captured
-        it)."""
+        "Free the CUDA graphs, before leaving a process group (NCCL waits on them)."
         if self.graphs is not None:
             self.graphs.release()
         self.graphs = None
@@ -208,8 +208,7 @@ def prepare(self: ModelRunner, batch: ScheduledBatch) -> StepInput:
 
 @patch
 def last_step_ids(self: ModelRunner, step: StepInput) -> Tensor | None:
-    """The last step's sampled ids on this rank's device, if `step` needs them (rank 0 broadcasts
-    its own)."""
+    "The last step's sampled ids on this device if `step` needs them (broadcast from rank 0)."
     if step.pending is None:
         return None
     ids = (

@@ -86,7 +86,10 @@ def embedding_ref(ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
 def linear_ref(
     x: Tensor, weight: Tensor, bias: Tensor | None = None, out_dtype: torch.dtype | None = None
 ) -> Tensor:
-    "`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32."
+    """`x Wᵀ + b`; `out_dtype=torch.float32`: accumulated and returned in float32. An FP8 weight
+    (`Fp8Weight`) is dequantized to `x`'s dtype first: the reference its kernels are checked by."""
+    if not isinstance(weight, Tensor):  # an Fp8Weight
+        weight = weight.dequantize(x.dtype)
     if out_dtype in (None, x.dtype):
         return F.linear(x, weight, bias)
     if x.is_cuda:

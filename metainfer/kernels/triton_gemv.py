@@ -224,7 +224,7 @@ def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
     """Whether `gemv` takes this product: a single row on a GPU, weights of its dtype in contiguous
     rows."""
     return (
-        x.is_cuda and x.numel() == x.shape[-1] and weight.stride(1) == 1 and weight.dtype == x.dtype
+        x.is_cuda and x.numel() == x.shape[-1] and weight.dtype == x.dtype and weight.stride(1) == 1
     )
 
 

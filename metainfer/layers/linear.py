@@ -42,6 +42,9 @@ def default_weight_loader(param: Tensor, loaded) -> None:
 class LinearBase(nn.Module):
     "A linear layer whose weight `[out_local, in_local]` is this rank's shard."
 
+    fp8_weight_names = ("weight",)  # what `use_fp8` would store in FP8
+    keeps_dense: str | None = None  # why it must not (set per module), if it must not
+
     def __init__(
         self,
         in_features: int,
@@ -54,6 +57,7 @@ class LinearBase(nn.Module):
         super().__init__()
         self.tp, self.kernels = tp, kernels
         self.tp_dim = tp_dim
+        self.fp8 = None  # the weight and its scales, once `use_fp8` stores it in FP8
         self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         self.bias = None
@@ -64,7 +68,10 @@ class LinearBase(nn.Module):
             self.bias.weight_loader = self.weight_loader
 
     def weight_loader(self, param: Tensor, loaded, shard_id=None) -> None:
-        if self.tp_dim is None or (self.tp_dim == 1 and param.dim() == 1):
+        # replicated: the layer, a row-parallel bias, a scale already as narrow as its shard
+        if self.tp_dim is None or (
+            self.tp_dim == 1 and (param.dim() == 1 or shape_of(loaded)[1] == param.shape[1])
+        ):
             return default_weight_loader(param, loaded)
         size = param.shape[self.tp_dim]
         default_weight_loader(param, take(loaded, self.tp_dim, self.tp.rank * size, size))
@@ -73,10 +80,15 @@ class LinearBase(nn.Module):
         """`x Wᵀ + b`, then the table's op `act` if named (a backend may fuse it into the product,
         and a norm of `x` in)."""
         if isinstance(x, NormedInput):  # `norm_linear`, if not computed yet
-            return x.linear(self.kernels, self.weight, self.bias, act)
+            return x.linear(self.kernels, self.operand, self.bias, act)
         return self.kernels.linear(
-            x, self.weight, self.bias, act=act
+            x, self.operand, self.bias, act=act
         )  # a backend may stream one row
+
+    @property
+    def operand(self) -> Tensor:
+        "What the kernels multiply by: the weight, or its `Fp8Weight` once `use_fp8` made one."
+        return self.weight if self.fp8 is None else self.fp8
 
 # %% ../../nbs/layers/05_linear.ipynb #c009
 class ReplicatedLinear(LinearBase):
@@ -203,8 +215,8 @@ class RowParallelLinear(LinearBase):
         # half precision under TP: the partial products in float32, so that each output is rounded
         # once, after the sum, as TP=1's single GEMM rounds it
         if not self.reduce_results:  # the caller sums it
-            return self.tp.partial_linear(x, self.weight, bias, self.summed_next, self.kernels)
+            return self.tp.partial_linear(x, self.operand, bias, self.summed_next, self.kernels)
         partial = self.kernels.linear(
-            x, self.weight, bias, out_dtype=self.tp.partial_dtype(x.dtype)
+            x, self.operand, bias, out_dtype=self.tp.partial_dtype(x.dtype)
         )
         return self.tp.all_reduce(partial).to(x.dtype)

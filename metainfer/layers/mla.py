@@ -269,6 +269,7 @@ class MLA(nn.Module):
             self.q_b_proj = ColumnParallelLinear(self.q_lora_rank, Ht * (self.dn + self.dr), **on)
         self.kv_a_layernorm = RMSNorm(self.r, kernels=ops)
         self.kv_b_proj = ColumnParallelLinear(self.r, Ht * (self.dn + self.dv), **on)
+        self.kv_b_proj.keeps_dense = "read by the latent attention as absorbed weights"
         self.o_proj = RowParallelLinear(
             Ht * self.dv, D, bias=bias, reduce_results=reduce_results, **on
         )

@@ -15,9 +15,12 @@ from metainfer.layers.linear import (
     RowParallelLinear,
     default_weight_loader,
     divide,
+    shape_of,
     take,
 )
 from .router import MoEGate, TorchRouter
+from .fp8 import Fp8Scheme, Fp8Weight, fp8_parameter
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['DeepseekMLP', 'is_moe_layer', 'TorchMoE', 'FusedMoE', 'expert_params_mapping', 'fused_moe_ref', 'DeepseekMoE']
@@ -69,6 +72,8 @@ def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
 class TorchMoE(TorchRouter):
     "Pure-torch MoE kernels: the CPU path and the oracle."
 
+    fp8_experts = True  # takes FP8 expert weights (`Fp8Weight`s)
+
     def fused_moe(self, *args, **kwargs) -> Tensor:
         "`fused_moe_ref`, defined below with the experts' weight layout."
         return fused_moe_ref(*args, **kwargs)
@@ -77,6 +82,8 @@ class TorchMoE(TorchRouter):
 class FusedMoE(nn.Module):
     """The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size
     / ep_size)` wide."""
+
+    fp8_weight_names = ("gate_up_proj", "down_proj")  # what `use_fp8` would store in FP8
 
     def __init__(
         self,
@@ -94,12 +101,16 @@ class FusedMoE(nn.Module):
         width_ranks = divide(self.tp.size, ep)  # ranks that share one set of experts
         self.num_local_experts = divide(num_experts, ep)
         self.expert_start = self.tp.rank // width_ranks * self.num_local_experts
-        self.width = divide(intermediate_size, width_ranks)
+        self.width, self.intermediate_size = (
+            divide(intermediate_size, width_ranks),
+            intermediate_size,
+        )
         self.width_start = self.tp.rank % width_ranks * self.width
         El, Il = self.num_local_experts, self.width
         self.gate_up_proj = nn.Parameter(torch.empty(El, 2 * Il, hidden_size), requires_grad=False)
         self.down_proj = nn.Parameter(torch.empty(El, hidden_size, Il), requires_grad=False)
         self.gate_up_proj.weight_loader = self.down_proj.weight_loader = self.weight_loader
+        self.fp8 = self.down_proj_scale = None  # set by `use_fp8`
 
     def weight_loader(self, param: Tensor, loaded, shard_id: int, expert_id: int) -> None:
         """Load expert `expert_id`'s gate (shard 0), up (1) or down projection; another rank's
@@ -107,8 +118,10 @@ class FusedMoE(nn.Module):
         e = expert_id - self.expert_start
         if not 0 <= e < self.num_local_experts:
             return
-        if param is self.down_proj:
-            return default_weight_loader(param[e], take(loaded, 1, self.width_start, self.width))
+        if param is self.down_proj or param is self.down_proj_scale:
+            cols = param.shape[-1]  # its width, or that width's FP8 scales
+            start = 0 if shape_of(loaded)[1] == cols else self.width_start * cols // self.width
+            return default_weight_loader(param[e], take(loaded, 1, start, cols))
         default_weight_loader(
             param[e].narrow(0, shard_id * self.width, self.width),
             take(loaded, 0, self.width_start, self.width),
@@ -121,10 +134,11 @@ class FusedMoE(nn.Module):
         `reduce_results=False`."""
         # 16 bits under TP: the partial sum in float32, rounded once after the sum (as
         # `RowParallelLinear`'s)
+        gate_up, down = self.fp8 or (self.gate_up_proj, self.down_proj)  # Fp8Weights, or plain
         y = self.kernels.fused_moe(
             x,
-            self.gate_up_proj,
-            self.down_proj,
+            gate_up,
+            down,
             topk_weights,
             topk_ids,
             self.expert_start,
@@ -132,6 +146,30 @@ class FusedMoE(nn.Module):
             out_dtype=self.tp.partial_dtype(x.dtype),
         )
         return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
+
+# %% ../../nbs/layers/09b_moe.ipynb #c013b
+@patch
+def use_fp8(self: FusedMoE, scheme: Fp8Scheme) -> None:
+    "Store the experts in FP8, each weight with float32 scales per row and group of columns."
+    (El, N, D), I = self.gate_up_proj.shape, self.intermediate_size
+    gu, dn = scheme.local_group(D), scheme.local_group(I)
+    if self.width < I and dn < I and self.width % dn:
+        raise ValueError(f"a rank's {self.width} expert columns would split a {dn}-column block")
+    w, load, f32 = self.gate_up_proj, self.weight_loader, torch.float32
+    self.gate_up_proj = fp8_parameter((El, N, D), w, load)
+    self.down_proj = fp8_parameter((El, D, self.width), w, load)
+    self.gate_up_proj_scale = fp8_parameter((El, N, -(-D // gu)), w, load, f32)
+    self.down_proj_scale = fp8_parameter((El, D, -(-self.width // dn)), w, load, f32)
+    self.fp8 = (
+        Fp8Weight(self.gate_up_proj, self.gate_up_proj_scale, gu),
+        Fp8Weight(self.down_proj, self.down_proj_scale, dn),
+    )
+
+
+@patch(as_prop=True)
+def keeps_dense(self: FusedMoE) -> str | None:
+    "Why the experts stay in the compute dtype: kernels that take no FP8 experts."
+    return None if getattr(self.kernels, "fp8_experts", False) else "no FP8 experts kernel"
 
 # %% ../../nbs/layers/09b_moe.ipynb #c015
 def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
@@ -160,6 +198,8 @@ def fused_moe_ref(
 ) -> Tensor:
     """`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il,
     D]`, `down` `[El, D, Il]`)."""
+    if not isinstance(gate_up, Tensor):  # FP8 experts: the reference computes in x's dtype
+        gate_up, down = gate_up.dequantize(x.dtype), down.dequantize(x.dtype)
     El, K = gate_up.shape[0], topk_ids.shape[1]
     local = topk_ids - expert_start
     eid = torch.where(

@@ -10,10 +10,23 @@ import torch
 from torch import nn
 from safetensors import safe_open
 from tqdm.auto import tqdm
-from ..layers.linear import default_weight_loader
+from ..layers.linear import default_weight_loader, shape_of
+import logging
+from metainfer.layers.fp8 import (
+    FP8,
+    Fp8Scheme,
+    dequantize_fp8,
+    expand_scale,
+    fp8_scheme,
+    quantize_fp8,
+    quantize_model,
+)
+
+log = logging.getLogger("metainfer")
 
 # %% auto #0
-__all__ = ['checkpoint_files', 'checkpoint_target', 'expert_target', 'load_weights']
+__all__ = ['log', 'checkpoint_files', 'checkpoint_target', 'expert_target', 'Checkpoint', 'checkpoint_route', 'fp8_parameters',
+           'load_tensor', 'load_weights', 'use_fp8_weights']
 
 # %% ../../nbs/models/08_loader.ipynb #c004
 def checkpoint_files(model_dir: str | Path) -> list[Path]:
@@ -48,37 +61,100 @@ def expert_target(
             return ".".join(parts[:i] + [param]), expert_id, shard_id
     return None
 
+# %% ../../nbs/models/08_loader.ipynb #c009a
+class Checkpoint:
+    "Every tensor of a checkpoint by name, over all its shards, read as slices."
+
+    SCALES = (".weight_scale_inv", ".weight_scale")  # an FP8 weight's scales: block, channel
+
+    def __init__(self, model_dir: str | Path):
+        self.files = checkpoint_files(model_dir)
+        self.handles = [safe_open(p, framework="pt", device="cpu") for p in self.files]
+        self.where = {n: h for h in self.handles for n in h.keys()}
+
+    def slice(self, name: str):
+        return self.where[name].get_slice(name)
+
+    def scale_of(self, name: str) -> str | None:
+        "The name of weight `name`'s FP8 scales, if it has them."
+        base = name.removesuffix(".weight") if name.endswith(".weight") else None
+        return next((base + s for s in self.SCALES if base and base + s in self.where), None)
+
+# %% ../../nbs/models/08_loader.ipynb #c009b
+def checkpoint_route(model: nn.Module, name: str) -> tuple[str, tuple]:
+    """The model parameter checkpoint tensor `name` loads into, and the extra arguments of its
+    `weight_loader` (a fused shard id; an expert's `(shard id, expert id)`)."""
+    experts = getattr(model, "expert_params_mapping", {})
+    if experts and (hit := expert_target(name, experts)):
+        target, expert_id, shard_id = hit
+        return target, (shard_id, expert_id)
+    target, shard_id = checkpoint_target(name, getattr(model, "packed_modules_mapping", {}))
+    return target, () if shard_id is None else (shard_id,)
+
+# %% ../../nbs/models/08_loader.ipynb #c009c
+def fp8_parameters(model: nn.Module, ckpt: Checkpoint) -> set[str]:
+    "The parameters whose every checkpoint tensor is stored in FP8 (with scales)."
+    parts: dict[str, set[bool]] = {}
+    for name in ckpt.where:
+        if not name.endswith(Checkpoint.SCALES):
+            target = checkpoint_route(model, name)[0]
+            parts.setdefault(target, set()).add(ckpt.scale_of(name) is not None)
+    return {target for target, fp8 in parts.items() if fp8 == {True}}
+
+# %% ../../nbs/models/08_loader.ipynb #c009d
+def load_tensor(params: dict, target: str, args: tuple, ckpt: Checkpoint, name: str, scheme):
+    """Load checkpoint tensor `name` into parameter `target`: FP8 with its scales into FP8 storage,
+    dequantized into a dense parameter; a dense tensor into FP8 storage is quantized per row."""
+    param, w, scale_name = params[target], ckpt.slice(name), ckpt.scale_of(name)
+    load = getattr(param, "weight_loader", default_weight_loader)
+    if scale_name is None and param.dtype != FP8:
+        return load(param, w, *args)
+    if scale_name is None:  # `--quantization fp8`: this whole tensor's rows, each its own scale
+        w, scale = quantize_fp8(w[:], (1, shape_of(w)[-1]))
+    else:
+        if scheme is None:
+            raise ValueError(f"{name} is FP8, but config.json has no quantization_config")
+        N, K = shape_of(w)[-2:]
+        scale = expand_scale(ckpt.slice(scale_name)[:], scheme.rows, N)
+        if param.dtype != FP8:  # kept dense: dequantized here, once
+            return load(
+                param, dequantize_fp8(w[:], scale, scheme.local_group(K), param.dtype), *args
+            )
+    load(param, w, *args)
+    params[target + "_scale"].weight_loader(params[target + "_scale"], scale, *args)
+
 # %% ../../nbs/models/08_loader.ipynb #c010
 @torch.no_grad()
-def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True) -> set[str]:
-    """Load every checkpoint tensor into `model` through its parameters' `weight_loader`s; returns
-    the names filled."""
+def load_weights(
+    model: nn.Module, model_dir: str | Path, progress: bool = True, scheme: Fp8Scheme | None = None
+) -> set[str]:
+    """Load every checkpoint tensor into `model` through its parameters' `weight_loader`s (FP8
+    ones as `scheme` says); returns the names filled."""
     params = dict(model.named_parameters())
-    packed = getattr(model, "packed_modules_mapping", {})
-    experts = getattr(model, "expert_params_mapping", {})
     skip = getattr(model, "skip_checkpoint_keys", lambda name: False)
-    loaded = set()
-    files = checkpoint_files(model_dir)
-    for path in tqdm(files, desc="loading weights", unit="shard", disable=not progress):
-        with safe_open(path, framework="pt", device="cpu") as f:
-            for name in f.keys():
-                if skip(name):
-                    continue
-                if experts and (hit := expert_target(name, experts)):
-                    target, expert_id, shard_id = hit
-                    args = (shard_id, expert_id)
-                else:
-                    target, shard_id = checkpoint_target(name, packed)
-                    args = () if shard_id is None else (shard_id,)
-                if target not in params:
-                    raise KeyError(f"checkpoint tensor {name!r} has no parameter in the model")
-                param = params[target]
-                loader = getattr(param, "weight_loader", default_weight_loader)
-                loader(param, f.get_slice(name), *args)
-                loaded.add(target)
+    loaded, ckpt = set(), Checkpoint(model_dir)
+    names = [n for n in ckpt.where if not (skip(n) or n.endswith(Checkpoint.SCALES))]
+    for name in tqdm(names, desc="loading weights", unit="tensor", disable=not progress):
+        target, args = checkpoint_route(model, name)
+        if target not in params:
+            raise KeyError(f"checkpoint tensor {name!r} has no parameter in the model")
+        load_tensor(params, target, args, ckpt, name, scheme)
+        loaded |= {target} | ({target + "_scale"} if params[target].dtype == FP8 else set())
     missing = sorted(set(params) - loaded)
     if missing:
         raise KeyError(
             f"parameters not in the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}"
         )
     return loaded
+
+# %% ../../nbs/models/08_loader.ipynb #c010a
+def use_fp8_weights(
+    model: nn.Module, model_dir: str | Path, hf: dict, quantization: str | None = None
+) -> Fp8Scheme | None:
+    """Before loading: FP8 storage for the layers `model_dir` holds in FP8 (`hf`: its config.json),
+    or for every layer with `quantization="fp8"` on a dense checkpoint. Returns the scheme."""
+    if (scheme := fp8_scheme(hf, quantization)) is not None:
+        fp8 = None if scheme.method == "online" else fp8_parameters(model, Checkpoint(model_dir))
+        dense = quantize_model(model, scheme, fp8)
+        log.info(f"FP8 weights ({scheme}); kept dense: {', '.join(dense) or 'none'}")
+    return scheme
