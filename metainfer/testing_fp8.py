@@ -51,9 +51,11 @@ def _rewrite(src: Path, dst: Path, convert, quantization_config: dict | None) ->
     return dst
 
 # %% ../nbs/02a_testing_fp8.ipynb #f8006
-def write_block_fp8(src: str | Path, dst: str | Path, block: tuple[int, int] = (128, 128)) -> Path:
+def write_block_fp8(
+    src: str | Path, dst: str | Path, block: tuple[int, int] = (128, 128), device: str = "cpu"
+) -> Path:
     """`src` with its projections in block-wise FP8 (`quant_method: fp8`), quantized by
-    transformers' `Fp8Quantize`; like it, a tensor that is not whole blocks stays dense."""
+    transformers' `Fp8Quantize` (on `device`); like it, a tensor not of whole blocks stays dense."""
     from transformers import FineGrainedFP8Config
     from transformers.integrations.finegrained_fp8 import Fp8Quantize
 
@@ -64,7 +66,12 @@ def write_block_fp8(src: str | Path, dst: str | Path, block: tuple[int, int] = (
     qc = dict(
         quant_method="fp8", fmt="e4m3", activation_scheme="dynamic", weight_block_size=list(block)
     )
-    convert = lambda n, t: quantizer._quantize_one(n, t) if LINEAR_WEIGHT.search(n) else {n: t}
+
+    def convert(name, t):
+        if not LINEAR_WEIGHT.search(name):
+            return {name: t}
+        return {k: v.cpu() for k, v in quantizer._quantize_one(name, t.to(device)).items()}
+
     return _rewrite(Path(src), Path(dst), convert, qc)
 
 # %% ../nbs/02a_testing_fp8.ipynb #f8010

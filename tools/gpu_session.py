@@ -6,7 +6,9 @@ latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
-deepseek-tp4-throughput; tiny-train, greedy (issue 29): one call (570 s) holds about two of them.
+deepseek-tp4-throughput; tiny-train, greedy (issue 29); fp8-qwen, fp8-qwen-b1, fp8-qwen-check,
+fp8-qwen-throughput, fp8-deepseek, fp8-deepseek-b1 (issue 30): one call (570 s) holds about
+two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -193,6 +195,7 @@ def stage_tp2_twice():
         KEEP.parent / "tp2_twice.py"
     )  # a file: spawned workers re-import the main module (no `python -`)
     script.write_text(f"""from metainfer import LLM, SamplingParams
+
 if __name__ == "__main__":
     outs = []
     for _ in range(2):
@@ -658,6 +661,67 @@ def stage_greedy():
     them, else the embedded ones)."""
     trained_here = (TINY_MODELS / TRAINED[0]).exists()
     greedy_on(TINY_MODELS if trained_here else Path("metainfer/assets/models"))
+
+
+def fp8_checkpoint(name: str, block=(128, 128)) -> Path:
+    "`checkpoint(name)` in block-wise FP8, quantized on the GPU by transformers' `Fp8Quantize`."
+    path = CKPT / f"{name}-FP8"
+    if not (path / "config.json").exists():
+        sh(
+            f"""{PY} -c "from metainfer.testing_fp8 import write_block_fp8 as w; """
+            f"""w('{checkpoint(name)}', '{path}', {tuple(block)}, device='cuda')" """
+        )
+    return path
+
+
+def stage_fp8_qwen():
+    """Issue 30: Qwen3-8B block-wise FP8 against bf16 at defaults: B=1 decode (graphs; the same
+    greedy tokens graphs, eager and sync)."""
+    bf16, fp8 = checkpoint("Qwen3-8B"), fp8_checkpoint("Qwen3-8B")
+    out = RES / "graphs-identity-qwen3-8b-fp8.json"
+    modes = "graphs,eager,graphs-sync"
+    sh(f"{PY} tools/graphs_identity.py {fp8} --tokens 64 --modes {modes} --out {out}")
+    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1 --profile")
+    bench(f"latency {bf16} --batch-size 1 --name latency-qwen3-8b-bf16-b1")
+
+
+def stage_fp8_qwen_b1():
+    "Issue 30: Qwen3-8B block-wise FP8, B=1 decode at defaults (graphs)."
+    fp8 = fp8_checkpoint("Qwen3-8B")
+    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1 --profile")
+
+
+def stage_fp8_qwen_check():
+    "Issue 30: Qwen3-8B FP8 throughput, then graphs / eager / sync identity (the FP8 side alone)."
+    fp8 = fp8_checkpoint("Qwen3-8B")
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
+    out, modes = RES / "graphs-identity-qwen3-8b-fp8.json", "graphs,eager,graphs-sync"
+    sh(f"{PY} tools/graphs_identity.py {fp8} --tokens 64 --modes {modes} --out {out}")
+    keep()
+
+
+def stage_fp8_qwen_throughput():
+    "Issue 30: Qwen3-8B offline throughput (256 prompts, U[100, 1024]), FP8 then bf16, at defaults."
+    bf16, fp8 = checkpoint("Qwen3-8B"), fp8_checkpoint("Qwen3-8B")
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
+    bench(f"throughput {bf16} --name throughput-qwen3-8b-bf16")
+
+
+def stage_fp8_deepseek_b1():
+    "Issue 30: DeepSeek-V2-Lite block-wise FP8 (experts dense) against bf16, B=1 decode, defaults."
+    bf16, fp8 = checkpoint("DeepSeek-V2-Lite"), fp8_checkpoint("DeepSeek-V2-Lite")
+    bench(f"latency {fp8} --batch-size 1 --name latency-deepseek-v2-lite-fp8-b1")
+    bench(f"latency {bf16} --batch-size 1 --name latency-deepseek-v2-lite-bf16-b1")
+
+
+def stage_fp8_deepseek():
+    """Issue 30: DeepSeek-V2-Lite block-wise FP8 (its experts dense: no FP8 MoE kernel yet) against
+    bf16 at defaults: B=1 decode and offline throughput."""
+    bf16, fp8 = checkpoint("DeepSeek-V2-Lite"), fp8_checkpoint("DeepSeek-V2-Lite")
+    bench(f"latency {fp8} --batch-size 1 --name latency-deepseek-v2-lite-fp8-b1")
+    bench(f"latency {bf16} --batch-size 1 --name latency-deepseek-v2-lite-bf16-b1")
+    bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8")
+    bench(f"throughput {bf16} --name throughput-deepseek-v2-lite-bf16")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from .triton_norms import rms_norm, add_rms_norm
 from .triton_rotary import rotary
 from .triton_silu import silu_and_mul
 from .triton_embedding import embedding
-from .triton_gemv import linear, norm_linear
+from .triton_linear import linear, norm_linear
 
 # %% auto #0
 __all__ = ['TritonKernels']

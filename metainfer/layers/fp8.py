@@ -12,7 +12,7 @@ from .linear import LinearBase
 
 # %% auto #0
 __all__ = ['FP8', 'FP8_MAX', 'dequantize_fp8', 'Fp8Weight', 'quantize_fp8', 'expand_scale', 'Fp8Scheme', 'fp8_scheme',
-           'fp8_parameter', 'quantize_model']
+           'fp8_parameter', 'scale_blocks', 'quantize_model']
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8005
 FP8 = torch.float8_e4m3fn
@@ -32,6 +32,9 @@ class Fp8Weight:
     data: Tensor  # [..., N, K] float8_e4m3fn
     scale: Tensor  # [..., N, ceil(K / group)] float32
     group: int  # columns a scale covers: 128 block-wise; the row (or more) per channel
+    rows: int = (
+        1  # rows that share their scales, in blocks from row 0 (block-wise, unpermuted: 128)
+    )
 
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)
@@ -122,6 +125,18 @@ def fp8_parameter(shape, like: Tensor, loader, dtype=FP8) -> nn.Parameter:
     p.weight_loader = loader
     return p
 
+# %% ../../nbs/layers/05a_fp8.ipynb #f8sb1
+def scale_blocks(layer: LinearBase, rows: int) -> int:
+    """`rows` if a layer's scales still come in blocks of `rows` rows from its first row (every
+    fused part, every shard a whole number of blocks, none interleaved), else 1. Block-scaled
+    GEMMs (cuBLAS's) need the blocks; the other kernels read a scale per row."""
+    N = layer.weight.shape[0]
+    parts = getattr(layer, "output_sizes", None) or [N]
+    if hasattr(layer, "num_kv_heads"):  # q, k, v
+        parts = [layer.num_heads * layer.head_dim, layer.num_kv_heads * layer.head_dim]
+    whole = all(p % rows == 0 for p in parts) and not getattr(layer, "interleave", False)
+    return rows if rows > 1 and whole else 1
+
 # %% ../../nbs/layers/05a_fp8.ipynb #f8030
 @patch
 def use_fp8(self: LinearBase, scheme: Fp8Scheme) -> None:
@@ -134,7 +149,7 @@ def use_fp8(self: LinearBase, scheme: Fp8Scheme) -> None:
     w, load = self.weight, self.weight_loader
     self.weight = fp8_parameter((N, K), w, load)
     self.weight_scale = fp8_parameter((N, -(-K // group)), w, load, torch.float32)
-    self.fp8 = Fp8Weight(self.weight, self.weight_scale, group)
+    self.fp8 = Fp8Weight(self.weight, self.weight_scale, group, scale_blocks(self, scheme.rows))
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8035
 def quantize_model(model: nn.Module, scheme: Fp8Scheme, fp8: set[str] | None = None) -> list[str]:
