@@ -115,8 +115,9 @@ pytest: install  ## pytest -q tests/ (skipped with a note while tests/ has no te
 	    $(IN_OWN_TMPDIR) $(VPY) -m pytest $(PYTEST_ARGS) tests/; \
 	else echo "pytest: no test files in tests/; skipping"; fi
 
-docs: install  ## build the MkDocs site from nbs/*.ipynb + docs/**/*.md into docs/site/ (strict)
+docs: install  ## build the MkDocs site from nbs/*.ipynb + docs/**/*.md into docs/site/ (strict), check its links
 	$(VPY) tools/build_docs.py $(DOCS_ARGS)
+	$(VPY) tools/check_links.py docs/site
 
 docs-serve: install  ## stage the docs and run `mkdocs serve` (re-run after editing notebooks)
 	$(VPY) tools/build_docs.py --serve $(DOCS_ARGS)

@@ -40,6 +40,9 @@ import nbtools as T  # noqa: E402
 ASSET_EXTS = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".csv", ".json", ".txt", ".pdf"}
 
 
+HEADING_CODE_RE = re.compile(r"^#{1,6} .*`.*$", re.M)
+
+
 def stage_notebook(nb: dict, hide_exports: bool) -> dict:
     cells = []
     for cell in nb.get("cells", []):
@@ -48,7 +51,12 @@ def stage_notebook(nb: dict, hide_exports: bool) -> dict:
             s = T.src(cell)
             if not s.strip():
                 continue
-            cell = dict(cell, source=T.NB_LINK_RE.sub(r"\1\2.html", s), metadata={})
+            s = T.NB_LINK_RE.sub(r"\1\2.html", s)
+            s = s.replace("benchmarks/README.md", "benchmarks/index.html")  # MkDocs' name for it
+            # a heading's `code` becomes plain text: mkdocs-jupyter's table of contents drops it,
+            # leaving empty entries and anchors that point nowhere
+            s = HEADING_CODE_RE.sub(lambda m: m.group(0).replace("`", ""), s)
+            cell = dict(cell, source=s, metadata={})
         elif kind == "code":
             plan = T.display_plan(cell, hide_exports=hide_exports)
             if plan is None:
