@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from transformers import AutoTokenizer
 from metainfer import LLM, SamplingParams
 from metainfer.testing import heldout_prompts, trained_model_dir
 from metainfer.testing_fp8 import write_block_fp8, write_channel_fp8, write_dequantized
@@ -32,8 +33,6 @@ def main(out: Path) -> None:
     root, results = Path(tempfile.mkdtemp()), {}
     for arch, block in (("qwen3", (128, 128)), ("deepseek-v2", (32, 32))):
         src = trained_model_dir(arch)
-        from transformers import AutoTokenizer
-
         tok = AutoTokenizer.from_pretrained(src)
         ids = [tok.encode(t) for t in heldout_prompts()[:16]]
         for layout in ("block", "channel"):

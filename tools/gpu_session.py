@@ -6,9 +6,8 @@ latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
-deepseek-tp4-throughput; tiny-train, greedy (issue 29); fp8-qwen, fp8-qwen-b1, fp8-qwen-check,
-fp8-qwen-throughput, fp8-deepseek, fp8-deepseek-b1 (issue 30): one call (570 s) holds about
-two of them.
+deepseek-tp4-throughput; tiny-train, greedy (issue 29); fp8-qwen, fp8-qwen-throughput,
+fp8-deepseek-b1, fp8-deepseek-throughput (issue 30): one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -685,21 +684,6 @@ def stage_fp8_qwen():
     bench(f"latency {bf16} --batch-size 1 --name latency-qwen3-8b-bf16-b1")
 
 
-def stage_fp8_qwen_b1():
-    "Issue 30: Qwen3-8B block-wise FP8, B=1 decode at defaults (graphs)."
-    fp8 = fp8_checkpoint("Qwen3-8B")
-    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1 --profile")
-
-
-def stage_fp8_qwen_check():
-    "Issue 30: Qwen3-8B FP8 throughput, then graphs / eager / sync identity (the FP8 side alone)."
-    fp8 = fp8_checkpoint("Qwen3-8B")
-    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
-    out, modes = RES / "graphs-identity-qwen3-8b-fp8.json", "graphs,eager,graphs-sync"
-    sh(f"{PY} tools/graphs_identity.py {fp8} --tokens 64 --modes {modes} --out {out}")
-    keep()
-
-
 def stage_fp8_qwen_throughput():
     "Issue 30: Qwen3-8B offline throughput (256 prompts, U[100, 1024]), FP8 then bf16, at defaults."
     bf16, fp8 = checkpoint("Qwen3-8B"), fp8_checkpoint("Qwen3-8B")
@@ -714,12 +698,10 @@ def stage_fp8_deepseek_b1():
     bench(f"latency {bf16} --batch-size 1 --name latency-deepseek-v2-lite-bf16-b1")
 
 
-def stage_fp8_deepseek():
-    """Issue 30: DeepSeek-V2-Lite block-wise FP8 (its experts dense: no FP8 MoE kernel yet) against
-    bf16 at defaults: B=1 decode and offline throughput."""
+def stage_fp8_deepseek_throughput():
+    """Issue 30: DeepSeek-V2-Lite offline throughput, block-wise FP8 (its experts dense: no FP8 MoE
+    kernel yet) then bf16, at defaults."""
     bf16, fp8 = checkpoint("DeepSeek-V2-Lite"), fp8_checkpoint("DeepSeek-V2-Lite")
-    bench(f"latency {fp8} --batch-size 1 --name latency-deepseek-v2-lite-fp8-b1")
-    bench(f"latency {bf16} --batch-size 1 --name latency-deepseek-v2-lite-bf16-b1")
     bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8")
     bench(f"throughput {bf16} --name throughput-deepseek-v2-lite-bf16")
 

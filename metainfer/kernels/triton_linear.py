@@ -11,7 +11,7 @@ from .triton_launch import cdiv, jit, next_pow2, tl
 from .triton_norms import add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul
 from .triton_gemv import fp8, gemv, one_gpu_row, prologue_norms_alike
-from ..layers.fp8 import FP8
+from ..layers.fp8 import FP8, quantize_fp8
 
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'quantize_activations', 'fp8_gemm_tiles', 'fp8_gemm', 'linear', 'norm_linear']
@@ -40,22 +40,16 @@ def _quantize_rows_kernel(
     tl.store(s_ptr + m * stride_sm + g * stride_sg, s)
 
 
-def quantize_activations(x: Tensor, group: int, outer_major: bool = False) -> tuple[Tensor, Tensor]:
+def quantize_activations(x: Tensor, group: int) -> tuple[Tensor, Tensor]:
     """Rows `x` `[M, K]` in FP8 with a float32 scale per row and `group` columns (`[M, ceil(K /
-    group)]`; `outer_major`: stored column by column, as cuBLAS's block scales are): each group's
-    largest |value| becomes 448, as DeepSeek-V3 quantizes activations. One launch on a GPU."""
+    group)]`): each group's largest |value| becomes 448, as DeepSeek-V3 quantizes activations. One
+    launch on a GPU."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     (M, K), G = x.shape, cdiv(x.shape[1], group)
     if not x.is_cuda:  # torch's rounding (Triton's interpreter mis-rounds stores to FP8)
-        xg = torch.nn.functional.pad(x.float(), (0, G * group - K)).view(M, G, group)
-        s = (xg.abs().amax(-1) / 448.0).clamp_min(1e-12)
-        return (xg / s[..., None]).to(FP8).view(M, -1)[:, :K], s
+        return quantize_fp8(x, (1, group))
     q = torch.empty(M, K, dtype=FP8, device=x.device)
-    s = (
-        torch.empty(G, M, device=x.device).t()
-        if outer_major
-        else torch.empty(M, G, device=x.device)
-    )
+    s = torch.empty(M, G, device=x.device)
     block = next_pow2(group)
     _quantize_rows_kernel[(M, G)](
         x,

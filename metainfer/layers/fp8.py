@@ -12,7 +12,7 @@ from .linear import LinearBase
 
 # %% auto #0
 __all__ = ['FP8', 'FP8_MAX', 'dequantize_fp8', 'Fp8Weight', 'quantize_fp8', 'expand_scale', 'Fp8Scheme', 'fp8_scheme',
-           'fp8_parameter', 'scale_blocks', 'quantize_model']
+           'fp8_parameter', 'quantize_model']
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8005
 FP8 = torch.float8_e4m3fn
@@ -20,9 +20,16 @@ FP8_MAX = torch.finfo(FP8).max  # 448: the largest e4m3 value
 
 
 def dequantize_fp8(data: Tensor, scale: Tensor, group: int, dtype=torch.float32) -> Tensor:
-    "`data · scale` `[..., N, K]`, each scale `[..., N, ceil(K / group)]` repeated over its group."
-    s = scale.float().repeat_interleave(group, -1)[..., : data.shape[-1]]
-    return (data.float() * s).to(dtype)
+    """`data · scale` `[..., N, K]`, each scale `[..., N, ceil(K / group)]` over its group (by
+    broadcasting where groups are whole: no `[N, K]` copy of the scales)."""
+    K, G = data.shape[-1], scale.shape[-1]
+    if G == 1:
+        w = data.float() * scale.float()
+    elif K % group == 0:
+        w = (data.float().unflatten(-1, (G, group)) * scale.float()[..., None]).flatten(-2)
+    else:
+        w = data.float() * scale.float().repeat_interleave(group, -1)[..., :K]
+    return w.to(dtype)
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8008
 @dataclass(frozen=True)
@@ -32,9 +39,6 @@ class Fp8Weight:
     data: Tensor  # [..., N, K] float8_e4m3fn
     scale: Tensor  # [..., N, ceil(K / group)] float32
     group: int  # columns a scale covers: 128 block-wise; the row (or more) per channel
-    rows: int = (
-        1  # rows that share their scales, in blocks from row 0 (block-wise, unpermuted: 128)
-    )
 
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)
@@ -72,8 +76,8 @@ class Fp8Scheme:
     group: int | None  # columns per scale: 128 block-wise; None: the whole row
 
     def local_group(self, columns: int) -> int:
-        "Columns per scale in a weight (or a rank's shard of one) `columns` wide."
-        return columns if self.group is None else self.group
+        "Columns per scale in a weight `columns` wide (at most all of them)."
+        return columns if self.group is None else min(self.group, columns)
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8021
 def _block_fp8(qc: dict) -> Fp8Scheme:
@@ -125,31 +129,19 @@ def fp8_parameter(shape, like: Tensor, loader, dtype=FP8) -> nn.Parameter:
     p.weight_loader = loader
     return p
 
-# %% ../../nbs/layers/05a_fp8.ipynb #f8sb1
-def scale_blocks(layer: LinearBase, rows: int) -> int:
-    """`rows` if a layer's scales still come in blocks of `rows` rows from its first row (every
-    fused part, every shard a whole number of blocks, none interleaved), else 1. Block-scaled
-    GEMMs (cuBLAS's) need the blocks; the other kernels read a scale per row."""
-    N = layer.weight.shape[0]
-    parts = getattr(layer, "output_sizes", None) or [N]
-    if hasattr(layer, "num_kv_heads"):  # q, k, v
-        parts = [layer.num_heads * layer.head_dim, layer.num_kv_heads * layer.head_dim]
-    whole = all(p % rows == 0 for p in parts) and not getattr(layer, "interleave", False)
-    return rows if rows > 1 and whole else 1
-
 # %% ../../nbs/layers/05a_fp8.ipynb #f8030
 @patch
 def use_fp8(self: LinearBase, scheme: Fp8Scheme) -> None:
     "Store the weight in FP8 and its float32 `weight_scale`s, per row and group of columns."
     N, K = self.weight.shape
     full = K * self.tp.size if self.tp_dim == 1 else K  # the checkpoint's columns
-    group = min(scheme.local_group(full), full)
+    group = scheme.local_group(full)
     if K < full and group < full and K % group:
         raise ValueError(f"a rank's {K} columns would split a {group}-column FP8 block")
     w, load = self.weight, self.weight_loader
     self.weight = fp8_parameter((N, K), w, load)
     self.weight_scale = fp8_parameter((N, -(-K // group)), w, load, torch.float32)
-    self.fp8 = Fp8Weight(self.weight, self.weight_scale, group, scale_blocks(self, scheme.rows))
+    self.fp8 = Fp8Weight(self.weight, self.weight_scale, group)
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8035
 def quantize_model(model: nn.Module, scheme: Fp8Scheme, fp8: set[str] | None = None) -> list[str]:
