@@ -13,7 +13,7 @@ from typing import Any
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
            'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg', 'EngineConfig',
-           'generation_defaults', 'token_budget', 'add_engine_args', 'engine_config']
+           'generation_defaults', 'allowed_model_len', 'token_budget', 'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #c005
 ARCHITECTURES: dict[str, str] = {
@@ -160,6 +160,12 @@ class EngineConfig:
     enforce_eager: bool = arg(False, "GPU: no CUDA graphs")
     async_scheduling: bool = arg(True, "prepare step N+1 while the GPU runs step N")
     disable_custom_all_reduce: bool = arg(False, "GPU TP: NCCL for every all-reduce")
+    nnodes: int = arg(
+        1, "machines the ranks span, TP/nnodes each (node 0 serves; others: --headless)"
+    )
+    node_rank: int = arg(0, "this machine's place among --nnodes (0: the one that serves)")
+    dist_init_addr: str | None = arg(None, "HOST:PORT where node 0 meets the other nodes")
+    dist_timeout: float = arg(300, "seconds start-up waits for every rank to join")
     kernel_backend: str = arg(
         "auto",
         "element-wise, MoE and MLA kernels (auto: vLLM's if it imports, "
@@ -201,6 +207,13 @@ class EngineConfig:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
             raise ValueError("max_num_batched_tokens must be >= 1")
+        if not 0 <= self.node_rank < self.nnodes or self.tensor_parallel_size % self.nnodes:
+            raise ValueError(
+                f"node_rank {self.node_rank} of nnodes {self.nnodes}: need 0 <= node_rank < nnodes,"
+                f" and nnodes dividing tensor_parallel_size {self.tensor_parallel_size}"
+            )
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("nnodes > 1 needs dist_init_addr: node 0's HOST:PORT, on every node")
 
 
 GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_p")
@@ -219,6 +232,12 @@ def generation_defaults(config: EngineConfig) -> dict[str, Any]:
         return {}
     hf = json.loads(path.read_text())
     return {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
+
+
+def allowed_model_len(config: EngineConfig, model: ModelConfig) -> int:
+    "The longest sequence asked for: `max_model_len`, at most the model's positions."
+    positions = model.max_position_embeddings
+    return min(config.max_model_len or positions, positions)
 
 
 def token_budget(config: EngineConfig, max_model_len: int) -> int:

@@ -102,7 +102,7 @@ def test_exit_leaves_no_children_and_dead_worker_is_reported(checkpoints):
     ckpt = checkpoints("qwen3-tiny")
     llm = LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2)
     llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
-    pids = [p.pid for p in llm.engine.workers.procs]
+    pids = [p.pid for p in llm.engine.workers.procs.values()]
     os.kill(pids[0], signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(WorkerDied, match="rank 1"):
@@ -117,7 +117,7 @@ def test_exit_leaves_no_children_and_dead_worker_is_reported(checkpoints):
     with LLM(
         ckpt, dtype="float32", device="cpu", tensor_parallel_size=2
     ) as llm:  # the next engine starts cleanly
-        pids = [p.pid for p in llm.engine.workers.procs]
+        pids = [p.pid for p in llm.engine.workers.procs.values()]
         llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
     assert not mp.active_children() and not any(psutil.pid_exists(p) for p in pids)
 

@@ -19,10 +19,20 @@ from metainfer.distributed.communicators import (
     _add_rms_norm_of_sum,
     fast_communicator,
 )
+from metainfer.distributed.rendezvous import (
+    Fanout,
+    Heartbeat,
+    Membership,
+    Nodes,
+    Rendezvous,
+    StoreChannel,
+    hosts_store,
+    wait_for_ranks,
+)
 
 # %% auto #0
-__all__ = ['ControlChannel', 'ParallelInfo', 'init_tensor_parallel', 'destroy_tensor_parallel', 'install_stack_dumps',
-           'free_port']
+__all__ = ['ControlChannel', 'ParallelInfo', 'init_tensor_parallel', 'control_channels', 'destroy_tensor_parallel',
+           'install_stack_dumps', 'free_port']
 
 # %% ../../nbs/distributed/04_parallel.ipynb #c008
 class ControlChannel:
@@ -124,8 +134,9 @@ class ParallelInfo:
     rank: int = 0
     size: int = 1
     comm: TorchDistCommunicator | None = None  # or its subclass SymmMemCommunicator
-    control: ControlChannel | None = None
+    control: ControlChannel | Fanout | None = None
     expert_size: int | None = None  # MoE: ranks the experts are split over (None: all `size`)
+    membership: Membership | None = None  # where the ranks met, the nodes, the heartbeat
 
     def __post_init__(self):
         if not 0 <= self.rank < self.size:
@@ -190,33 +201,61 @@ def init_tensor_parallel(
     symm_mem: bool = True,
     expert_size: int | None = None,
     pdl: bool = True,  # the fast all-reduce's kernels launch with PDL (Hopper)
+    nnodes: int = 1,  # machines the ranks span, `size / nnodes` on each
+    join_timeout_s: float = 300,  # how long to wait for every rank to join
+    settings: dict | None = None,  # what every rank must have been started with alike
+    on_dead=None,  # called with (ranks, why) when the heartbeats find ranks gone
 ) -> ParallelInfo:
-    "Join a `size`-process group at `init_method` (`tcp://127.0.0.1:PORT` or `env://`); its record."
+    """Meet the other ranks at `init_method` (`tcp://HOST:PORT`, served by rank 0, or `env://`,
+    torchrun's) and join their process group; this rank's record."""
     if size == 1:
         return ParallelInfo()
     from datetime import timedelta
 
+    nodes, where = Nodes(size, nnodes), Rendezvous.parse(init_method)
+    server = where.host_store(join_timeout_s) if hosts_store(rank, init_method) else None
+    store = where.client(join_timeout_s)
+    wait_for_ranks(store, rank, nodes, join_timeout_s, where, settings)
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group(
         "nccl" if cuda else "gloo",
-        init_method=init_method,
+        store=dist.PrefixStore("pg/", store),
         rank=rank,
         world_size=size,
         timeout=timedelta(seconds=timeout_s),
         device_id=device if cuda else None,
     )
-    control = dist.new_group(backend="gloo") if cuda else None
+    member = Membership(nodes, where, Heartbeat(where, rank, nodes, on_dead=on_dead), server)
     comm = TorchDistCommunicator()
-    if cuda and symm_mem:
+    if cuda and symm_mem and nnodes == 1:  # NVLink's symmetric memory: within one machine
         comm = fast_communicator(rank, size, device, dtype, pdl) or comm
-    return ParallelInfo(rank, size, comm, ControlChannel(rank, size, control), expert_size)
+    control = control_channels(rank, nodes, where, cuda)
+    return ParallelInfo(rank, size, comm, control, expert_size, member)
+
+
+def control_channels(
+    rank: int, nodes: Nodes, where: Rendezvous, cuda: bool
+) -> ControlChannel | Fanout:
+    """Rank 0's channel to the others: shared memory on node 0 (its setup over a gloo group of
+    node 0's ranks), the store for the ranks of other nodes."""
+    local = nodes.ranks_of(0)
+    group = dist.new_group(list(local), backend="gloo") if cuda or nodes.count > 1 else None
+    shm = ControlChannel(rank, nodes.per_node, group) if rank in local else None
+    if nodes.count == 1:
+        return shm
+    remote = (
+        StoreChannel(where, rank, nodes.size - nodes.per_node) if rank == 0 or not shm else None
+    )
+    return Fanout(shm, remote) if rank == 0 else Fanout(shm or remote)
 
 
 def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
     """Leave `tp`'s process group (if any); a teardown stuck past `timeout_s` is abandoned, with a
     warning."""
+    if tp.membership is not None and tp.membership.heartbeat is not None:
+        tp.membership.heartbeat.stop()  # first: no rank is taken for dead while leaving
     if tp.control is not None:
         tp.control.close()
     if dist.is_initialized():
@@ -232,6 +271,8 @@ def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
             logging.getLogger("metainfer").warning(
                 f"process group teardown still waiting after {timeout_s:.0f} s; leaving it"
             )
+    if tp.membership is not None:
+        tp.membership.leave()  # last: rank 0 serves the store the others may still read
 
 
 def install_stack_dumps() -> None:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import logging
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 import os
 import sys
 import threading
@@ -20,17 +21,46 @@ from metainfer.distributed.parallel import (
     free_port,
     install_stack_dumps,
 )
+from .rendezvous import Nodes
 from ..engine.runner import ModelRunner, resolve_device, resolve_dtype
 
 log = logging.getLogger("metainfer")
 
 # %% auto #0
-__all__ = ['log', 'WorkerDied', 'cpu_threads_per_rank', 'rank_device', 'serve_rank', 'join_group', 'worker_main', 'WorkerGroup',
-           'launched_by_torchrun', 'start_tensor_parallel']
+__all__ = ['log', 'WorkerDied', 'Launch', 'launched_by_torchrun', 'launch_of', 'cpu_threads_per_rank', 'rank_device',
+           'serve_rank', 'engine_settings', 'join_group', 'exit_now', 'worker_main', 'WorkerGroup',
+           'start_tensor_parallel']
 
 # %% ../../nbs/distributed/13a_workers.ipynb #c004
 class WorkerDied(RuntimeError):
     "A tensor-parallel worker process exited while the engine needed it."
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How this process's group starts: its `nodes`, the node this machine is, the rendezvous
+    (`tcp://HOST:PORT` or torchrun's `env://`)."""
+
+    nodes: Nodes
+    node: int
+    init_method: str
+    torchrun: bool = False
+
+
+def launched_by_torchrun(size: int) -> bool:
+    return "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) == size
+
+
+def launch_of(config: EngineConfig) -> Launch:
+    """The layout `config` asks for (`--nnodes`, `--node-rank`, `--dist-init-addr`), or the one
+    torchrun set in the environment."""
+    size = config.tensor_parallel_size
+    if launched_by_torchrun(size):
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+        node = int(os.environ.get("GROUP_RANK", int(os.environ["RANK"]) // per_node))
+        return Launch(Nodes(size, size // per_node), node, "env://", torchrun=True)
+    addr = config.dist_init_addr or f"127.0.0.1:{free_port()}"
+    return Launch(Nodes(size, config.nnodes), config.node_rank, f"tcp://{addr}")
 
 
 def cpu_threads_per_rank(size: int) -> int:
@@ -39,14 +69,11 @@ def cpu_threads_per_rank(size: int) -> int:
     return max(1, (os.cpu_count() or 1) // size)
 
 
-def rank_device(config: EngineConfig, rank: int) -> torch.device:
-    "The device of `rank`: its own GPU, or the CPU."
+def rank_device(config: EngineConfig, rank: int, nodes: Nodes = Nodes()) -> torch.device:
+    "The device of `rank`: its own GPU on its node (torchrun's `LOCAL_RANK`), or the CPU."
     device = resolve_device(config.device)
-    return (
-        torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-        if device.type == "cuda"
-        else device
-    )
+    local = int(os.environ.get("LOCAL_RANK", nodes.local_rank(rank)))
+    return torch.device("cuda", local) if device.type == "cuda" else device
 
 # %% ../../nbs/distributed/13a_workers.ipynb #c006
 def serve_rank(runner: ModelRunner) -> None:
@@ -55,37 +82,55 @@ def serve_rank(runner: ModelRunner) -> None:
         runner.execute(step)
 
 
+def engine_settings(config: EngineConfig, max_model_len: int) -> dict:
+    "What every rank must be started with alike: the config but this node's place in it."
+    return {k: v for k, v in asdict(config).items() if k != "node_rank"} | {
+        "allowed_model_len": max_model_len
+    }
+
+
 def join_group(
-    config: EngineConfig, model_config: ModelConfig, rank: int, size: int, init_method: str
+    config: EngineConfig,
+    model_config: ModelConfig,
+    max_model_len: int,
+    rank: int,
+    launch: Launch,
+    on_dead=None,
 ) -> ParallelInfo:
     """Join the tensor-parallel group as `rank`, on this rank's device (with a fair share of CPU
     threads on a CPU)."""
-    device = rank_device(config, rank)
+    device = rank_device(config, rank, launch.nodes)
     if device.type == "cpu":
-        torch.set_num_threads(cpu_threads_per_rank(size))
+        torch.set_num_threads(cpu_threads_per_rank(launch.nodes.per_node))
     return init_tensor_parallel(
         rank,
-        size,
-        init_method,
+        launch.nodes.size,
+        launch.init_method,
         device,
         dtype=resolve_dtype(config.dtype, model_config, device),
         symm_mem=not config.disable_custom_all_reduce,
         expert_size=config.expert_parallel_size,
         pdl=config.pdl,
+        nnodes=launch.nodes.count,
+        join_timeout_s=config.dist_timeout,
+        settings=engine_settings(config, max_model_len),
+        on_dead=on_dead,
     )
 
 
+def exit_now(ranks: set[int], why: str) -> None:
+    "A worker's answer to a dead rank 0: say so and end the process (no orphan outlives it)."
+    log.error(f"tensor-parallel worker (pid {os.getpid()}): rank 0 is gone ({why}); exiting")
+    os._exit(1)
+
+
 def worker_main(
-    config: EngineConfig,
-    model_config: ModelConfig,
-    max_model_len: int,
-    rank: int,
-    size: int,
-    init_method: str,
+    config: EngineConfig, model_config: ModelConfig, max_model_len: int, rank: int, launch: Launch
 ) -> None:
-    "Entry point of a spawned worker process."
+    "Entry point of a worker process (spawned, or a torchrun rank other than 0)."
     install_stack_dumps()
-    tp, runner = join_group(config, model_config, rank, size, init_method), None
+    tp = join_group(config, model_config, max_model_len, rank, launch, on_dead=exit_now)
+    runner = None
     try:
         runner = ModelRunner(config, model_config, max_model_len, tp)
         serve_rank(runner)
@@ -96,24 +141,29 @@ def worker_main(
 
 # %% ../../nbs/distributed/13a_workers.ipynb #c008
 class WorkerGroup:
-    "The worker processes (ranks 1..N-1) that rank 0 spawned."
+    "The worker processes this node spawned for `ranks`, and rank 0's record of ranks found dead."
 
     def __init__(
-        self, config: EngineConfig, model_config: ModelConfig, max_model_len: int, init_method: str
+        self,
+        config: EngineConfig,
+        model_config: ModelConfig,
+        max_model_len: int,
+        launch: Launch,
+        ranks,
     ):
-        ctx, size = mp.get_context("spawn"), config.tensor_parallel_size
-        self.procs = [
-            ctx.Process(
+        ctx, self.nodes = mp.get_context("spawn"), launch.nodes
+        self.procs = {
+            r: ctx.Process(
                 target=worker_main,
-                args=(config, model_config, max_model_len, r, size, init_method),
+                args=(config, model_config, max_model_len, r, launch),
                 name=f"metainfer-tp{r}",
                 daemon=True,
             )
-            for r in range(1, size)
-        ]
-        for p in self.procs:
+            for r in ranks
+        }
+        for p in self.procs.values():
             p.start()
-        self.stopping = False
+        self.stopping, self.dead, self.why = False, set(), ""
         threading.Thread(target=self._watch, name="metainfer-tp-watch", daemon=True).start()
 
     def _watch(self) -> None:
@@ -121,7 +171,7 @@ class WorkerGroup:
         returns."""
         from multiprocessing.connection import wait
 
-        alive = {p.sentinel: (rank, p) for rank, p in enumerate(self.procs, 1)}
+        alive = {p.sentinel: (rank, p) for rank, p in self.procs.items()}
         while alive:
             for s in wait(list(alive)):
                 rank, p = alive.pop(s)
@@ -132,63 +182,83 @@ class WorkerGroup:
                         f"rank 0 fails at its next collective or step"
                     )
 
+    def found_dead(self, ranks: set[int], why: str) -> None:
+        "Rank 0's heartbeat found `ranks` gone (those it spawned are watched by their exit codes)."
+        if ranks := ranks - set(self.procs):
+            if not self.stopping:
+                log.error(f"tensor-parallel {self.nodes.describe(ranks)} stopped: {why}")
+            self.dead, self.why = self.dead | ranks, why
+
     def raise_if_dead(self) -> None:
-        "Raise `WorkerDied` if any worker has exited."
-        for rank, p in enumerate(self.procs, 1):
-            if p.exitcode is not None:
-                raise WorkerDied(f"tensor-parallel worker rank {rank} exited (code {p.exitcode})")
+        "Raise `WorkerDied` naming every rank gone: exited here, or silent on any node."
+        gone = [f"{self.nodes.describe(self.dead)} stopped: {self.why}"] if self.dead else []
+        gone += [
+            f"worker rank {r} exited (code {p.exitcode})"
+            for r, p in self.procs.items()
+            if p.exitcode is not None
+        ]
+        if gone:
+            raise WorkerDied(f"tensor-parallel {'; '.join(gone)}")
 
     @contextmanager
-    def naming_the_dead(self):
-        "An error caused by a dead worker becomes a `WorkerDied` naming it."
+    def naming_the_dead(self, wait_s: float = 7):
+        """An error caused by a dead worker becomes a `WorkerDied` naming it. A worker that exited
+        with an error may have been failed by a peer: wait for a silent node or a killed worker."""
         self.raise_if_dead()
         try:
             yield
         except Exception:
-            # a collective can fail a moment before the dead worker's exit code is visible
-            for _ in range(50):
-                self.raise_if_dead()
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and not self._cause_found():
                 time.sleep(0.1)
+            self.raise_if_dead()
             raise  # no worker died: the error is rank 0's own
+
+    def _cause_found(self) -> bool:
+        return bool(self.dead) or any(p.exitcode not in (None, 1) for p in self.procs.values())
 
     def stop(self, timeout: float = 10) -> None:
         "Wait for workers to exit (after they were told to), then make sure they do."
         self.stopping = True
-        for p in self.procs:
+        for p in self.procs.values():
             p.join(timeout)
-        for p in self.procs:
+        for p in self.procs.values():
             if p.is_alive():
                 p.kill()
                 p.join()
 
+    def wait(self) -> int:
+        "A headless node: until its workers exit; one that fails takes the others down. 0 or 1."
+        while any(p.is_alive() for p in self.procs.values()):
+            if any(p.exitcode for p in self.procs.values()):
+                break
+            time.sleep(0.2)
+        failed = any(p.exitcode for p in self.procs.values())
+        self.stop(timeout=1 if failed else 10)
+        return int(failed)
+
 # %% ../../nbs/distributed/13a_workers.ipynb #c010
-def launched_by_torchrun(size: int) -> bool:
-    return "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) == size
-
-
 def start_tensor_parallel(
     config: EngineConfig, model_config: ModelConfig, max_model_len: int
 ) -> tuple[ParallelInfo, WorkerGroup | None]:
     "Join (or create) the tensor-parallel group; returns rank 0's group info and its workers."
-    size = config.tensor_parallel_size
-    if size == 1:
+    if config.tensor_parallel_size == 1:
         return ParallelInfo(), None
-    if launched_by_torchrun(size):
-        rank, workers, init_method = int(os.environ["RANK"]), None, "env://"
-        if rank != 0:  # serve rank 0 like a spawned worker, then end this process
-            worker_main(config, model_config, max_model_len, rank, size, init_method)
-            sys.exit(0)
-    else:
-        rank, init_method = 0, f"tcp://127.0.0.1:{free_port()}"
-        workers = WorkerGroup(config, model_config, max_model_len, init_method)
+    launch = launch_of(config)
+    if launch.torchrun and (rank := int(os.environ["RANK"])) != 0:
+        worker_main(config, model_config, max_model_len, rank, launch)  # serve rank 0, then end
+        sys.exit(0)
+    if launch.node != 0:
+        raise ValueError(
+            f"node_rank {launch.node} runs no engine: start that node with `metainfer serve MODEL "
+            f"--headless --node-rank {launch.node} ...` (the flags node 0 has)"
+        )
+    local = [] if launch.torchrun else launch.nodes.ranks_of(0)[1:]
+    workers = WorkerGroup(config, model_config, max_model_len, launch, local)
     try:
-        tp = join_group(config, model_config, rank, size, init_method)
-    except Exception:
-        if workers:
-            workers.stop(0)
+        tp = join_group(config, model_config, max_model_len, 0, launch, workers.found_dead)
+    except BaseException:
+        workers.stop(0)
         raise
-    if workers:
-        tp.control.check_peers = (
-            workers.raise_if_dead
-        )  # a dead worker never reads: say so, don't wait
+    tp.control.check_peers = workers.raise_if_dead  # a dead worker never reads: say so, don't wait
     return tp, workers

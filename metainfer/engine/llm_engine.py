@@ -9,7 +9,12 @@ import time
 from contextlib import nullcontext
 import torch
 from fastcore.basics import patch
-from ..config import EngineConfig, generation_defaults, load_model_config
+from metainfer.config import (
+    EngineConfig,
+    allowed_model_len,
+    generation_defaults,
+    load_model_config,
+)
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
@@ -33,9 +38,7 @@ class LLMEngine:
         self.config = config
         torch.manual_seed(config.seed)  # vLLM's --seed: unseeded sampling repeats run to run
         self.model_config = mc = load_model_config(config.model)
-        self.max_model_len = min(
-            config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings
-        )
+        self.max_model_len = allowed_model_len(config, mc)
         self.tokenizer = load_tokenizer(config.tokenizer or config.model)
         self.generation_defaults = generation_defaults(config)  # for sampling fields not given
         if config.trust_remote_code:

@@ -10,6 +10,7 @@ import time
 from ..config import add_engine_args, engine_config
 from .openai.cli_args import StartupError, add_serve_args, check_model_folder
 from ..bench import add_bench_parsers
+from ..distributed.rendezvous import RendezvousError
 
 # %% auto #0
 __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser', 'build_parser', 'main']
@@ -74,6 +75,12 @@ def add_generate_parser(sub) -> None:
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #bce1b908
 def serve_cmd(args) -> None:
+    "`metainfer serve`: the server on node 0; on another node (`--headless`), its workers only."
+    if args.headless or args.node_rank > 0:
+        from metainfer.distributed.nodes import serve_node
+        from metainfer.testing import default_model_dir
+
+        sys.exit(serve_node(engine_config(args, str(args.model or default_model_dir()))))
     from metainfer.entrypoints.openai.api_server import serve_main
 
     serve_main(args)
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         if getattr(args, "model", None):
             check_model_folder(args.model)
         args.func(args)
-    except (StartupError, FileNotFoundError, ValueError) as e:
+    except (StartupError, RendezvousError, FileNotFoundError, ValueError) as e:
         if getattr(args, "log_level", None) == "debug":
             raise
         sys.exit(f"metainfer: error: {e}")

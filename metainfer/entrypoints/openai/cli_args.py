@@ -116,6 +116,11 @@ def add_vllm_serve_args(p: argparse.ArgumentParser) -> None:
     a("--root-path", default=None, help="the path prefix a proxy in front of the server adds")
     a("--ssl-keyfile", default=None, help="HTTPS: the key file")
     a("--ssl-certfile", default=None, help="HTTPS: the certificate file")
+    a(
+        "--headless",
+        action="store_true",
+        help="a node other than 0 (--node-rank N): run its ranks' workers, serve no HTTP",
+    )
 
 
 def cors_options(args: argparse.Namespace) -> dict:
