@@ -7,7 +7,8 @@ allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agre
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
 deepseek-tp4-throughput; tiny-train, greedy (issue 29); fp8-qwen, fp8-qwen-throughput,
-fp8-deepseek-b1, fp8-deepseek-throughput (issue 30): one call (570 s) holds about two of them.
+fp8-deepseek-b1, fp8-deepseek-throughput, fp8-qwen-channel (issue 30): one call (570 s) holds
+about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -704,6 +705,28 @@ def stage_fp8_deepseek_throughput():
     bf16, fp8 = checkpoint("DeepSeek-V2-Lite"), fp8_checkpoint("DeepSeek-V2-Lite")
     bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8")
     bench(f"throughput {bf16} --name throughput-deepseek-v2-lite-bf16")
+
+
+def stage_fp8_qwen_channel():
+    """Issue 30 (acceptance 4): Qwen3-8B as compressed-tensors per-channel `FP8_DYNAMIC` (written on
+    the CPU by compressed-tensors itself: ~16 GB of RAM), B=1 decode and offline throughput at
+    defaults, and bf16 B=1 in the same call as the reference. The disk (64 GiB) cannot hold them
+    beside DeepSeek-V2-Lite's pair (47 GB): other checkpoints are removed first."""
+    bf16, fp8 = checkpoint("Qwen3-8B"), CKPT / "Qwen3-8B-FP8-dynamic"
+    for p in CKPT.iterdir():
+        if p.name not in (bf16.name, fp8.name):
+            shutil.rmtree(p)
+    if not (fp8 / "config.json").exists():
+        part = CKPT / f"{fp8.name}.part"  # renamed once whole: a failed write leaves no checkpoint
+        rc = sh(
+            f"""{PY} -c "from metainfer.testing_fp8 import write_channel_fp8 as w; """
+            f"""w('{bf16}', '{part}')" """
+        )
+        if rc == 0:
+            part.rename(fp8)
+    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-channel-b1")
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-channel")
+    bench(f"latency {bf16} --batch-size 1 --name latency-qwen3-8b-bf16-b1-ch")
 
 
 if __name__ == "__main__":
