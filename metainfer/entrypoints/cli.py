@@ -10,7 +10,6 @@ import time
 from ..config import add_engine_args, engine_config
 from .openai.cli_args import StartupError, add_serve_args, check_model_folder
 from ..bench import add_bench_parsers
-from ..distributed.rendezvous import RendezvousError
 
 # %% auto #0
 __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser', 'build_parser', 'main']
@@ -124,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     args.argv = argv  # benchmarks record the exact command
     from metainfer.distributed.parallel import install_stack_dumps
+    from metainfer.distributed.rendezvous import RendezvousError  # (torch: not for --help)
 
     install_stack_dumps()
     if args.command == "generate" and not args.prompt:
