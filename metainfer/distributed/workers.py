@@ -183,8 +183,11 @@ class WorkerGroup:
                     )
 
     def found_dead(self, ranks: set[int], why: str) -> None:
-        "Rank 0's heartbeat found `ranks` gone (those it spawned are watched by their exit codes)."
-        if ranks := ranks - set(self.procs):
+        """Rank 0's heartbeat found `ranks` gone: a node other than 0 goes down whole (its parent
+        ends its other workers); the ranks spawned here are watched by their exit codes."""
+        others = {self.nodes.node_of(r) for r in ranks} - {0}
+        whole = {r for n in others for r in self.nodes.ranks_of(n)}
+        if ranks := (ranks | whole) - set(self.procs):
             if not self.stopping:
                 log.error(f"tensor-parallel {self.nodes.describe(ranks)} stopped: {why}")
             self.dead, self.why = self.dead | ranks, why
