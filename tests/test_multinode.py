@@ -1,6 +1,9 @@
-"""Issue 27 (CPU, gloo): two "nodes" as separate process trees on 127.0.0.1: TP=4 over them equals
-TP=1; a node that never joins is named; a node killed mid-request is reported by node 0."""
+"""Issue 27 (CPU, gloo): two "nodes" as separate process trees on 127.0.0.1. TP=4 over them equals
+TP=1, launched by metainfer (`--headless` on node 1) or by `torchrun` twice; a node that never joins
+is named; a node killed mid-request is reported by node 0; the server on node 0 serves the openai
+client, and stops cleanly when node 1 dies; node 0 killed ends node 1."""
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -11,7 +14,7 @@ import time
 
 import psutil
 import pytest
-from metainfer import LLM
+from metainfer import LLM, SamplingParams
 from metainfer.distributed.parallel import free_port
 from metainfer.distributed.workers import WorkerDied
 from test_generate_vs_hf import random_prompts, GREEDY
@@ -105,3 +108,145 @@ def test_a_killed_node_is_reported(checkpoints):
     llm.shutdown()
     assert not mp.active_children()
     node1.wait(10)
+
+
+TORCHRUN_SCRIPT = """
+import json, sys
+from metainfer import LLM, SamplingParams
+prompts = json.load(open(sys.argv[2]))
+llm = LLM(sys.argv[1], dtype="float32", device="cpu", tensor_parallel_size=4)
+outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
+json.dump([o.outputs[0].token_ids for o in outs], open(sys.argv[3], "w"))
+llm.shutdown()
+"""
+
+
+def test_torchrun_started_twice_equals_tp1(checkpoints, tmp_path):
+    '`torchrun --nnodes 2 --nproc-per-node 2` on each of two "nodes" (its static rendezvous).'
+    ckpt = checkpoints("qwen3-tiny")
+    prompts = random_prompts(8, seed=28, lo=3, hi=30)
+    script, inp, out = tmp_path / "run.py", tmp_path / "prompts.json", tmp_path / "out.json"
+    script.write_text(TORCHRUN_SCRIPT)
+    inp.write_text(json.dumps(prompts))
+    port = free_port()
+
+    def torchrun(node: int) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+        cmd += ["--node-rank", str(node), "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+        cmd += ["--master-port", str(port), str(script), str(ckpt), str(inp), str(out)]
+        return subprocess.Popen(
+            cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    trees = [torchrun(0), torchrun(1)]
+    for p in trees:
+        assert tree_gone(p, timeout=240) and p.returncode == 0, p.stdout.read()[-3000:]
+    with LLM(ckpt, dtype="float32", device="cpu") as llm:
+        tp1 = [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY, use_tqdm=False)]
+    assert json.loads(out.read_text()) == tp1
+
+
+def serve_node0(port: int) -> tuple[subprocess.Popen, str]:
+    "`metainfer serve` (the embedded tiny Qwen3) as node 0 of two, TP=2; its URL once healthy."
+    cmd = [sys.executable, "-m", "metainfer", "serve", "--port", "0", "--device", "cpu"]
+    cmd += ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", f"127.0.0.1:{port}"]
+    cmd += ["-tp", "2", "--max-model-len", "256", "--log-level", "warning"]
+    p = subprocess.Popen(
+        cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    line, deadline = "", time.monotonic() + 180
+    while "serving" not in line and time.monotonic() < deadline and p.poll() is None:
+        line = p.stdout.readline()
+    assert "serving" in line, f"the server did not start (rc {p.poll()})"
+    threading.Thread(target=p.stdout.read, daemon=True).start()  # keep the pipe from filling
+    return p, line.split(" on ")[1].split()[0]
+
+
+def headless_default(port: int) -> subprocess.Popen:
+    "Node 1 of `serve_node0`'s group: `metainfer serve --headless` (the embedded model)."
+    cmd = [sys.executable, "-m", "metainfer", "serve", "--headless", "--nnodes", "2"]
+    cmd += ["--node-rank", "1", "--dist-init-addr", f"127.0.0.1:{port}", "-tp", "2"]
+    cmd += ["--device", "cpu", "--max-model-len", "256"]
+    return subprocess.Popen(
+        cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def kill_trees(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_server_spanning_two_nodes_then_node1_killed():
+    """Acceptance 4, then 2 through the server: the openai client gets TP=1's greedy text from
+    a server whose TP=4 spans two nodes; kill -9 of node 1 mid-stream ends the stream with an
+    error, `/health` says 503 and the server exits non-zero within 10 s; no process is left."""
+    import httpx
+    import openai
+    from metainfer.testing import default_model_dir
+
+    port = free_port()
+    node1 = headless_default(port)
+    server, url = serve_node0(port)
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+        name = client.models.list().data[0].id
+        prompt = "And God said, Let there be light"
+        got = client.completions.create(model=name, prompt=prompt, max_tokens=32, temperature=0)
+        chat = client.chat.completions.create(
+            model=name,
+            messages=[{"role": "user", "content": "Who made the heaven?"}],
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in chat if c.choices)
+        with LLM(str(default_model_dir()), device="cpu", max_model_len=256) as llm:
+            want = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=32))
+        assert got.choices[0].text == want[0].outputs[0].text
+
+        stream = client.completions.create(
+            model=name,
+            prompt=prompt,
+            max_tokens=200,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        next(iter(stream))
+        os.killpg(node1.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        with pytest.raises(openai.APIError):
+            for _ in stream:
+                pass
+        health = []
+        while server.poll() is None and time.monotonic() - killed < 30:
+            try:
+                health.append(httpx.get(f"{url}/health", timeout=2).status_code)
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        assert server.wait(30) != 0 and time.monotonic() - killed < 10
+        assert 200 not in health
+        assert tree_gone(server, 20) and tree_gone(node1, 20)
+    finally:
+        kill_trees(server, node1)
+
+
+def test_node0_killed_ends_node1():
+    "kill -9 of the server (node 0's main process): both nodes' other processes end by themselves."
+    port = free_port()
+    node1 = headless_default(port)
+    server, _ = serve_node0(port)
+    try:
+        kids = psutil.Process(server.pid).children(recursive=True)
+        start = time.monotonic()
+        server.kill()
+        assert tree_gone(node1, 30) and node1.returncode != 0
+        assert time.monotonic() - start < 15
+        assert not psutil.wait_procs(kids, timeout=10)[1], "a child of node 0 outlived it"
+    finally:
+        kill_trees(server, node1)
