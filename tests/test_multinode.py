@@ -192,7 +192,7 @@ def test_server_spanning_two_nodes_then_node1_killed():
     node1 = headless_default(port)
     server, url = serve_node0(port)
     try:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60)
         name = client.models.list().data[0].id
         prompt = "And God said, Let there be light"
         got = client.completions.create(model=name, prompt=prompt, max_tokens=32, temperature=0)
@@ -248,5 +248,92 @@ def test_node0_killed_ends_node1():
         assert tree_gone(node1, 30) and node1.returncode != 0
         assert time.monotonic() - start < 15
         assert not psutil.wait_procs(kids, timeout=10)[1], "a child of node 0 outlived it"
+    finally:
+        kill_trees(server, node1)
+
+
+def test_torchrun_serves():
+    """`torchrun -m metainfer serve` started twice: only rank 0 listens (every rank is given the
+    same port), it answers the openai client, and SIGTERM to node 0's torchrun ends both trees."""
+    import httpx
+    import openai
+
+    port, http = free_port(), free_port()
+
+    def torchrun(node: int) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank"]
+        cmd += [str(node), "--nproc-per-node", "1", "--master-addr", "127.0.0.1"]
+        cmd += ["--master-port", str(port), "-m", "metainfer", "serve", "--port", str(http)]
+        cmd += ["--device", "cpu", "-tp", "2", "--max-model-len", "256", "--log-level", "warning"]
+        return subprocess.Popen(
+            cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    trees = [torchrun(0), torchrun(1)]
+    try:
+        url, deadline = f"http://127.0.0.1:{http}", time.monotonic() + 180
+        while time.monotonic() < deadline and all(p.poll() is None for p in trees):
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60)
+        name = client.models.list().data[0].id
+        got = client.completions.create(model=name, prompt="In the beginning", max_tokens=8)
+        assert got.usage.completion_tokens == 8 or got.choices[0].finish_reason == "stop"
+        os.kill(trees[0].pid, signal.SIGTERM)
+        for p in trees:
+            assert tree_gone(p, 30), p.stdout.read()[-3000:]
+        assert trees[1].returncode == 0, trees[1].stdout.read()[-3000:]
+    finally:
+        kill_trees(*trees)
+
+
+def test_a_frozen_node_stops_the_server():
+    """SIGSTOP of node 1's tree mid-stream (a hung machine: its sockets stay open, so rank 0's
+    collective blocks): `/health` turns 503 and the server exits 1 within 10 s anyway, without
+    waiting for the blocked step; node 1, once continued, finds node 0 gone and exits."""
+    import httpx
+    import openai
+
+    port = free_port()
+    node1 = headless_default(port)
+    server, url = serve_node0(port)
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", timeout=60, max_retries=0)
+        name = client.models.list().data[0].id
+        stream = client.completions.create(
+            model=name,
+            prompt="In the beginning",
+            max_tokens=200,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        next(iter(stream))
+        ended = []
+
+        def read_rest():
+            try:
+                ended.append(list(stream))
+            except openai.APIError as e:
+                ended.append(e)
+
+        reader = threading.Thread(target=read_rest, daemon=True)
+        reader.start()
+        os.killpg(node1.pid, signal.SIGSTOP)
+        stopped, health = time.monotonic(), []
+        while server.poll() is None and time.monotonic() - stopped < 30:
+            try:
+                health.append(httpx.get(f"{url}/health", timeout=0.5).status_code)
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        assert server.wait(30) != 0 and time.monotonic() - stopped < 10
+        print(f"frozen node: server exit {time.monotonic() - stopped:.1f} s after SIGSTOP")
+        reader.join(10)
+        assert 503 in health and isinstance(ended[0], openai.APIError)  # cut, not finished
+        os.killpg(node1.pid, signal.SIGCONT)
+        assert tree_gone(node1, 20) and tree_gone(server, 20)
     finally:
         kill_trees(server, node1)

@@ -27,8 +27,8 @@ from ..engine.runner import ModelRunner, resolve_device, resolve_dtype
 log = logging.getLogger("metainfer")
 
 # %% auto #0
-__all__ = ['log', 'WorkerDied', 'Launch', 'launched_by_torchrun', 'launch_of', 'cpu_threads_per_rank', 'rank_device',
-           'serve_rank', 'engine_settings', 'join_group', 'exit_now', 'worker_main', 'WorkerGroup',
+__all__ = ['log', 'WorkerDied', 'Launch', 'launched_by_torchrun', 'torchrun_worker', 'launch_of', 'cpu_threads_per_rank',
+           'rank_device', 'serve_rank', 'engine_settings', 'join_group', 'exit_now', 'worker_main', 'WorkerGroup',
            'start_tensor_parallel']
 
 # %% ../../nbs/distributed/13a_workers.ipynb #c004
@@ -49,6 +49,11 @@ class Launch:
 
 def launched_by_torchrun(size: int) -> bool:
     return "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) == size
+
+
+def torchrun_worker(size: int) -> bool:
+    "Whether this process is a torchrun rank other than 0: a worker, with no scheduler or server."
+    return launched_by_torchrun(size) and int(os.environ["RANK"]) != 0
 
 
 def launch_of(config: EngineConfig) -> Launch:
@@ -191,6 +196,12 @@ class WorkerGroup:
             if not self.stopping:
                 log.error(f"tensor-parallel {self.nodes.describe(ranks)} stopped: {why}")
             self.dead, self.why = self.dead | ranks, why
+
+    @property
+    def failed(self) -> bool:
+        """A rank is gone: silent on any node, or killed here (one that exited with an error may
+        have been failed by a peer: `naming_the_dead` says). Read from any thread."""
+        return not self.stopping and self._cause_found()
 
     def raise_if_dead(self) -> None:
         "Raise `WorkerDied` naming every rank gone: exited here, or silent on any node."

@@ -18,6 +18,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...config import engine_config
+from ...distributed.workers import torchrun_worker
 from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ...engine.runner import show_startup_log
@@ -214,6 +215,7 @@ def engine_server(config, engine: AsyncLLMEngine, shutdown_timeout: float = 30):
                 if self.dead_since is None:  # /health says 503 for a moment, then we exit
                     log.error("metainfer: the engine died; the server exits")
                     self.dead_since, self.exit_code = now, 1
+                self.force_exit = True  # no graceful wait: a stream may be on a blocked step
                 return now - self.dead_since > 1
             if self.drain_deadline is None:
                 return False
@@ -250,6 +252,8 @@ def serve_main(args) -> None:
     model = str(args.model or default_model_dir())
     names = args.served_model_name or [args.model or Path(model).name]
     template = chat_template_of(args.chat_template)
+    if torchrun_worker(args.tensor_parallel_size):  # no HTTP: serve rank 0's steps, then exit
+        LLMEngine(engine_config(args, model))
     sock = listen(args.host, args.port)  # before the model loads: a port in use fails at once
     try:
         engine = AsyncLLMEngine(LLMEngine(engine_config(args, model)))
@@ -292,7 +296,12 @@ def serve_main(args) -> None:
         server.run(sockets=[sock])
     finally:
         app.state.metainfer.body_parser.close()
-        engine.shutdown()
+        if not engine.shutdown(timeout=1 if server.exit_code else None):
+            log.error("metainfer: the engine is blocked on a stopped rank: exiting without it")
+            if engine.engine.workers is not None:  # its ranks here (others see node 0 gone)
+                engine.engine.workers.stop(0)
+            print("metainfer: server stopped (the engine died)", flush=True)
+            os._exit(1)
         engine.engine.shutdown()  # the tensor-parallel workers exit
     died = " (the engine died)" if server.exit_code else ""
     print(f"metainfer: server stopped{died}", flush=True)

@@ -124,17 +124,21 @@ class AsyncLLMEngine:
 
     @property
     def is_alive(self) -> bool:
-        return self.thread.is_alive() and not self.dead
+        "The thread runs and no tensor-parallel rank is gone (its step may be blocked on one)."
+        workers = getattr(self.engine, "workers", None)
+        return self.thread.is_alive() and not self.dead and not (workers and workers.failed)
 
     @property
     def is_idle(self) -> bool:
         "No request in the engine or on its way in (read from any thread)."
         return not self.streams and self.commands.empty()
 
-    def shutdown(self) -> None:
-        "Stop the engine thread (requests in flight get an `EngineError`)."
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Stop the engine thread (requests in flight get an `EngineError`); whether it ended
+        within `timeout` (a step blocked on a stopped node never does)."""
         self.commands.put(None)
-        self.thread.join()
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c024
 @patch
