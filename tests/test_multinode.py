@@ -121,10 +121,12 @@ llm.shutdown()
 """
 
 
-def test_torchrun_started_twice_equals_tp1(checkpoints, tmp_path):
-    '`torchrun --nnodes 2 --nproc-per-node 2` on each of two "nodes" (its static rendezvous).'
-    ckpt = checkpoints("qwen3-tiny")
-    prompts = random_prompts(8, seed=28, lo=3, hi=30)
+@pytest.mark.parametrize("preset", ["qwen3-tiny", "deepseek-v2-tiny"])
+def test_torchrun_started_twice_equals_tp1(preset, checkpoints, tmp_path):
+    "`torchrun --nnodes 2 --nproc-per-node 2` on each of two nodes (its static rendezvous); EP=4."
+    ckpt = checkpoints(preset, **({"perturb_constants": True} if "deepseek" in preset else {}))
+    vocab = 1024 if "deepseek" in preset else 151643
+    prompts = random_prompts(8, seed=28, vocab=vocab, lo=3, hi=30)
     script, inp, out = tmp_path / "run.py", tmp_path / "prompts.json", tmp_path / "out.json"
     script.write_text(TORCHRUN_SCRIPT)
     inp.write_text(json.dumps(prompts))
