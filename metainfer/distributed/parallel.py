@@ -4,8 +4,10 @@
 
 # %% ../../nbs/distributed/04_parallel.ipynb #c001
 from __future__ import annotations
+import logging
 import os
 import pickle
+import threading
 import time
 from dataclasses import dataclass
 import numpy as np
@@ -36,18 +38,18 @@ __all__ = ['ControlChannel', 'ParallelInfo', 'init_tensor_parallel', 'control_ch
 
 # %% ../../nbs/distributed/04_parallel.ipynb #c008
 class ControlChannel:
-    """Rank 0 sends a picklable object to the other ranks of this host through a shared-memory slot:
-    a sequence number, the payload's size, and one acknowledgement per reader, so a slot is never
-    overwritten while it is read."""
+    """The first of this host's `size` ranks sends a picklable object to the others through a
+    shared-memory slot: a sequence number, the payload's size, and one acknowledgement per reader,
+    so a slot is never overwritten while it is read. `rank`: the position on this host; `src`: the
+    sender's rank in `group` (the host's ranks), for what goes over the group."""
 
-    def __init__(self, rank: int, size: int, group=None, capacity: int = 4 << 20):
+    def __init__(self, rank: int, size: int, group=None, capacity: int = 4 << 20, src: int = 0):
         import mmap
         import tempfile
 
-        self.rank, self.size, self.group, self.capacity = rank, size, group, capacity
-        self.check_peers = (
-            None  # rank 0: called about once a second while waiting for readers (may raise)
-        )
+        self.rank, self.size, self.group, self.capacity, self.src = rank, size, group, capacity, src
+        # the sender: called about once a second while waiting for readers (may raise)
+        self.check_peers = None
         header = 8 * (2 + size)  # seq, nbytes, one ack per rank
         path = None
         # in RAM (/dev/shm) where there is one, else the temp folder (the page cache serves it
@@ -60,13 +62,11 @@ class ControlChannel:
             os.ftruncate(fd, header + capacity)
             os.close(fd)
         box = [(path, os.getpid())]
-        dist.broadcast_object_list(box, src=0, group=group)
+        dist.broadcast_object_list(box, src=src, group=group)
         path, self.owner = box[0]
         with open(path, "r+b") as f:
             self.mm = mmap.mmap(f.fileno(), header + capacity)
-        dist.barrier(
-            group=group
-        )  # everyone has it mapped: the file can go, so nothing is left behind
+        dist.barrier(group=group)  # all have it mapped: the file can go, nothing is left behind
         if rank == 0:
             os.unlink(path)
         self.header = np.ndarray((2 + size,), dtype=np.int64, buffer=self.mm)
@@ -103,7 +103,7 @@ class ControlChannel:
         # ordered CPU (Arm, e.g. Grace) would need fences around it
         self.header[0] = self.seq
         if n < 0:
-            dist.broadcast_object_list([obj], src=0, group=self.group)
+            dist.broadcast_object_list([obj], src=self.src, group=self.group)
 
     def recv(self):
         "Ranks > 0: the next object rank 0 sends."
@@ -113,7 +113,7 @@ class ControlChannel:
         self.header[2 + self.rank] = self.seq  # taken: rank 0 may reuse the slot
         if n < 0:
             box = [None]
-            dist.broadcast_object_list(box, src=0, group=self.group)
+            dist.broadcast_object_list(box, src=self.src, group=self.group)
             obj = box[0]
         return obj
 
@@ -238,17 +238,21 @@ def init_tensor_parallel(
 def control_channels(
     rank: int, nodes: Nodes, where: Rendezvous, cuda: bool
 ) -> ControlChannel | Fanout:
-    """Rank 0's channel to the others: shared memory on node 0 (its setup over a gloo group of
-    node 0's ranks), the store for the ranks of other nodes."""
-    local = nodes.ranks_of(0)
-    group = dist.new_group(list(local), backend="gloo") if cuda or nodes.count > 1 else None
-    shm = ControlChannel(rank, nodes.per_node, group) if rank in local else None
+    """Rank 0's channel to the others: shared memory within each node (set up over a gloo group
+    of the node's ranks), the store from rank 0 to each other node's first rank, which passes the
+    messages on to its node."""
+    node, local, hosts = nodes.node_of(rank), nodes.local_rank(rank), range(nodes.count)
+    groups = [None]  # one machine's CPU ranks: the world's gloo group; else one group a node,
+    if cuda or nodes.count > 1:  # made by every rank in the same order
+        groups = [dist.new_group(list(nodes.ranks_of(n)), backend="gloo") for n in hosts]
+    shm = ControlChannel(local, nodes.per_node, groups[node], src=nodes.ranks_of(node)[0])
     if nodes.count == 1:
         return shm
-    remote = (
-        StoreChannel(where, rank, nodes.size - nodes.per_node) if rank == 0 or not shm else None
-    )
-    return Fanout(shm, remote) if rank == 0 else Fanout(shm or remote)
+    if rank == 0:
+        return Fanout(None, shm, StoreChannel(where, rank, nodes.count - 1))
+    if node == 0 or local != 0:  # a reader of its node's shared memory
+        return Fanout(shm)
+    return Fanout(StoreChannel(where, rank, nodes.count - 1), shm)  # a node's first: it relays
 
 
 def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
@@ -259,9 +263,6 @@ def destroy_tensor_parallel(tp: ParallelInfo, timeout_s: float = 60) -> None:
     if tp.control is not None:
         tp.control.close()
     if dist.is_initialized():
-        import threading
-        import logging
-
         teardown = threading.Thread(
             target=dist.destroy_process_group, name="metainfer-pg-teardown", daemon=True
         )

@@ -252,30 +252,34 @@ class StoreChannel:
 
 # %% ../../nbs/distributed/04c_rendezvous.ipynb #b23d9bd1
 class Fanout:
-    "Rank 0: send on each channel; a reader: `recv` from its one."
+    """Rank 0 sends on each of `sinks`; a reader takes from `source`, and passes each message on to
+    its `sinks` (a node's first rank: from the store to its node's shared memory)."""
 
-    def __init__(self, *channels):
-        self.channels = [c for c in channels if c is not None]
+    def __init__(self, source=None, *sinks):
+        self.source, self.sinks = source, [c for c in sinks if c is not None]
 
     @property
     def check_peers(self):
-        return self.channels[0].check_peers
+        return self.sinks[0].check_peers if self.sinks else None
 
     @check_peers.setter
     def check_peers(self, check) -> None:
-        for c in self.channels:
+        for c in self.sinks:
             c.check_peers = check
 
     def send(self, obj) -> None:
-        for c in self.channels:
+        for c in self.sinks:
             c.send(obj)
 
     def recv(self):
-        return self.channels[0].recv()
+        obj = self.source.recv()
+        self.send(obj)
+        return obj
 
     def close(self) -> None:
-        for c in self.channels:
-            c.close()
+        for c in [self.source, *self.sinks]:
+            if c is not None:
+                c.close()
 
 # %% ../../nbs/distributed/04c_rendezvous.ipynb #ed1e130d
 @dataclass(eq=False)

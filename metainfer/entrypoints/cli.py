@@ -74,12 +74,20 @@ def add_generate_parser(sub) -> None:
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #bce1b908
 def serve_cmd(args) -> None:
-    "`metainfer serve`: the server on node 0; on another node (`--headless`), its workers only."
+    """`metainfer serve`: the server on node 0 (torchrun's rank 0); the workers only on another
+    node (`--headless`) or for torchrun's other ranks."""
+    from metainfer.distributed.workers import torchrun_worker
+    from metainfer.testing import default_model_dir
+
+    model = str(args.model or default_model_dir())
     if args.headless or args.node_rank > 0:
         from metainfer.distributed.nodes import serve_node
-        from metainfer.testing import default_model_dir
 
-        sys.exit(serve_node(engine_config(args, str(args.model or default_model_dir()))))
+        sys.exit(serve_node(engine_config(args, model)))
+    if torchrun_worker(args.tensor_parallel_size):  # no HTTP: serve rank 0's steps, then exit
+        from metainfer.engine.llm_engine import LLMEngine
+
+        LLMEngine(engine_config(args, model))
     from metainfer.entrypoints.openai.api_server import serve_main
 
     serve_main(args)

@@ -18,7 +18,6 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...config import engine_config
-from ...distributed.workers import torchrun_worker
 from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ...engine.runner import show_startup_log
@@ -102,13 +101,10 @@ def build_app(
     app.add_api_route("/ping", health, methods=["GET", "POST"])
     app.add_api_route("/metrics", metrics, methods=["GET"])
     app.add_api_route("/version", version, methods=["GET"])
-    app.add_api_route(
-        "/tokenize", tokenize, methods=["POST"], dependencies=[Depends(check_api_key)]
-    )
-    app.add_api_route(
-        "/detokenize", detokenize, methods=["POST"], dependencies=[Depends(check_api_key)]
-    )
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(check_api_key)])
+    auth = [Depends(check_api_key)]
+    app.add_api_route("/tokenize", tokenize, methods=["POST"], dependencies=auth)
+    app.add_api_route("/detokenize", detokenize, methods=["POST"], dependencies=auth)
+    v1 = APIRouter(prefix="/v1", dependencies=auth)
     v1.add_api_route("/models", models, methods=["GET"])
     v1.add_api_route("/models/{model_id:path}", model, methods=["GET"])
     v1.add_api_route("/completions", completions, methods=["POST"])
@@ -252,8 +248,6 @@ def serve_main(args) -> None:
     model = str(args.model or default_model_dir())
     names = args.served_model_name or [args.model or Path(model).name]
     template = chat_template_of(args.chat_template)
-    if torchrun_worker(args.tensor_parallel_size):  # no HTTP: serve rank 0's steps, then exit
-        LLMEngine(engine_config(args, model))
     sock = listen(args.host, args.port)  # before the model loads: a port in use fails at once
     try:
         engine = AsyncLLMEngine(LLMEngine(engine_config(args, model)))
@@ -297,11 +291,8 @@ def serve_main(args) -> None:
     finally:
         app.state.metainfer.body_parser.close()
         if not engine.shutdown(timeout=1 if server.exit_code else None):
-            log.error("metainfer: the engine is blocked on a stopped rank: exiting without it")
-            if engine.engine.workers is not None:  # its ranks here (others see node 0 gone)
-                engine.engine.workers.stop(0)
-            print("metainfer: server stopped (the engine died)", flush=True)
-            os._exit(1)
+            print("metainfer: server stopped (the engine is blocked on a stopped rank)", flush=True)
+            os._exit(1)  # not waiting for the engine thread
         engine.engine.shutdown()  # the tensor-parallel workers exit
     died = " (the engine died)" if server.exit_code else ""
     print(f"metainfer: server stopped{died}", flush=True)

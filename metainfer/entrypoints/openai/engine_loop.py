@@ -135,9 +135,11 @@ class AsyncLLMEngine:
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Stop the engine thread (requests in flight get an `EngineError`); whether it ended
-        within `timeout` (a step blocked on a stopped node never does)."""
+        within `timeout`. One blocked on a stopped rank never does: its workers here are stopped."""
         self.commands.put(None)
         self.thread.join(timeout)
+        if self.thread.is_alive() and (workers := getattr(self.engine, "workers", None)):
+            workers.stop(0)  # (those on other nodes see node 0 gone)
         return not self.thread.is_alive()
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c024
