@@ -17,7 +17,8 @@ import metainfer
 # %% auto #0
 __all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'TRAINED', 'published_config', 'hf_config',
            'qwen3_tokenizer_dir', 'perturb_constant_tensors', 'write_random_checkpoint', 'trained_model_dir',
-           'default_model_dir', 'heldout_prompts', 'hf_model', 'hf_generate', 'hf_greedy']
+           'default_model_dir', 'heldout_prompts', 'hf_model', 'hf_generate', 'hf_greedy', 'cuda_cell_note',
+           'skip_cuda_cells_without_gpu']
 
 # %% ../nbs/02_testing.ipynb #c004
 ASSETS = Path(metainfer.__file__).parent / "assets"
@@ -266,3 +267,24 @@ def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int) -> list[list
     return [
         hf_generate(model, ids, max_new_tokens).sequences[0, len(ids) :].tolist() for ids in prompts
     ]
+
+# %% ../nbs/02_testing.ipynb #gpu1
+def cuda_cell_note(lines: list[str]) -> list[str]:
+    "An IPython input transformer: a cell flagged `#| cuda` becomes a note that it needs a GPU."
+    if lines and lines[0].strip().startswith("#| cuda"):
+        return ['print("skipped: this cell needs a CUDA GPU (it is flagged #| cuda)")\n']
+    return lines
+
+
+def skip_cuda_cells_without_gpu() -> bool:
+    "Under IPython on a machine without CUDA, `#| cuda` cells print a note instead of running."
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or torch.cuda.is_available():
+        return False
+    if cuda_cell_note not in shell.input_transformers_cleanup:
+        shell.input_transformers_cleanup.append(cuda_cell_note)
+    return True
