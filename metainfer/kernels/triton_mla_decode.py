@@ -49,10 +49,10 @@ def _mla_decode_kernel(
     PDL: tl.constexpr,
 ):
     b, hb, split = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
-    pdl_sync(PDL)
-    ctx = tl.load(ctx_ptr + b)
+    ctx = tl.load(ctx_ptr + b)  # (the step's metadata: before the wait)
     per_split = _piece_len(ctx, NUM_SPLITS, MIN_SPLIT, BLOCK_N)  # from this row's length alone
     start, end = split * per_split, tl.minimum(ctx, (split + 1) * per_split)
+    pdl_sync(PDL)
     if start >= ctx:
         return  # a piece past the context: nothing to write, the merge skips it
     h = hb * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -116,33 +116,28 @@ def _mla_merge_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
-    CHUNK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """One program per (sequence, head): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s − max lse)`, over
-    the pieces that hold tokens, `CHUNK` of them at a time."""
-    b, h = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    pdl_sync(PDL)
-    ctx = tl.load(ctx_ptr + b)
+    """One program per (sequence, head, `BLOCK_R` columns): `Σ_s w_s o_s / Σ_s w_s`, `w_s = 2^(lse_s
+    − max lse)`, over the pieces that hold tokens, all loaded at once."""
+    b, h, rb = tl.program_id(0).to(tl.int64), tl.program_id(1), tl.program_id(2)
+    ctx = tl.load(ctx_ptr + b)  # (the step's metadata: before the wait)
     used = tl.cdiv(ctx, _piece_len(ctx, NUM_SPLITS, MIN_SPLIT, BLOCK_N))  # the rest: unwritten
-    lse_row = lse_ptr + (b * n_heads + h) * NUM_SPLITS
-    s, r = tl.arange(0, BLOCK_S), tl.arange(0, BLOCK_R)
-    lse = tl.load(lse_row + s, mask=s < used, other=float("-inf"))
-    lse_max = tl.max(lse, 0)
-    den = tl.sum(tl.exp2(lse - lse_max), 0)
-    num = tl.zeros((BLOCK_R,), dtype=tl.float32)
-    c = tl.arange(0, CHUNK)
-    for s0 in range(0, used, CHUNK):
-        piece = s0 + c
-        live = piece < used
-        w = tl.exp2(tl.load(lse_row + piece, mask=live, other=float("-inf")) - lse_max)
-        o = tl.load(
-            o_ptr + b * stride_ob + h * stride_oh + piece[:, None] * stride_os + r[None, :],
-            mask=live[:, None] & (r < R)[None, :],
-            other=0.0,
-        )
-        num += tl.sum(o * w[:, None], 0)
-    tl.store(out_ptr + b * stride_xb + h * stride_xh + r, num / den, mask=r < R)
+    pdl_sync(PDL)
+    s, r = tl.arange(0, BLOCK_S), rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    live = s < used
+    lse = tl.load(lse_ptr + (b * n_heads + h) * NUM_SPLITS + s, mask=live, other=float("-inf"))
+    o = tl.load(
+        o_ptr + b * stride_ob + h * stride_oh + s[:, None] * stride_os + r[None, :],
+        mask=live[:, None] & (r < R)[None, :],
+        other=0.0,
+    )  # [BLOCK_S, BLOCK_R]
+    w = tl.exp2(lse - tl.max(lse, 0))
+    out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(out_ptr + b * stride_xb + h * stride_xh + r, out, mask=r < R)
+
+
+_MERGE_TILE = 8192  # float32 values a merge program loads
 
 
 def mla_decode_latent(
@@ -205,7 +200,10 @@ def mla_decode_latent(
         num_warps=4,
     )
     out = torch.empty(B, H, r, dtype=q.dtype, device=q.device)
-    _mla_merge_kernel[(B, H)](
+    # every piece's columns in one tile of at most _MERGE_TILE values: one round of loads
+    block_s = next_pow2(num_splits)
+    block_r = min(next_pow2(r), max(16, _MERGE_TILE // block_s))
+    _mla_merge_kernel[(B, H, cdiv(r, block_r))](
         o,
         lse,
         meta.context_lens,
@@ -218,11 +216,10 @@ def mla_decode_latent(
         out.stride(1),
         R=r,
         NUM_SPLITS=num_splits,
-        BLOCK_S=next_pow2(num_splits),
-        BLOCK_R=next_pow2(r),
+        BLOCK_S=block_s,
+        BLOCK_R=block_r,
         BLOCK_N=block_n,
         MIN_SPLIT=min_split,
-        CHUNK=4,
         PDL=use_pdl and pdl(),
         launch_pdl=use_pdl and pdl(),
         num_warps=4,
