@@ -310,6 +310,16 @@ def stage_throughput_ab():
         )
 
 
+def stage_throughput_ab2():
+    """Stage throughput twice with the current package and twice with each `older_packages()`,
+    alternating in one call (runs vary by about 2 %: one pair shows no gain)."""
+    for i in (1, 2):
+        stage = f"throughput {checkpoint('Qwen3-8B')}"
+        bench(f"{stage} --name throughput-qwen3-8b-{i}", 120)
+        for at in older_packages():
+            bench(f"{stage} --name throughput-qwen3-8b-at-{at.name}-{i}", 120, at)
+
+
 def stage_latency_ab():
     "Stage latency-peers' B=1 run (no peer) with each `older_packages()`, as stage throughput-ab."
     for at in older_packages():
