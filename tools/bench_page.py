@@ -14,7 +14,8 @@ The page is driven by docs/benchmarks/page.json. Each entry of its "rows" is one
             run beside an FP8 one); `{alias.key}` reads from them;
   "what", "ours", "peer", "limit": templates whose `{key.path:fmt}` fields are read from the
             JSON (dots walk dicts and list indices; `{key*1000:.1f}` and `{key/1000:.2f}`
-            scale; `{min:key}`, `{max:key}` of a list; `{keys:key}` a dict's keys;
+            scale; `{min:key}`, `{max:key}` of a list; `{keys:key}` a dict's keys, `{name:key}`
+            the key's last part;
             `{key|same}` a boolean as identical/differ; `{model}` the model folder's name);
   "same_run" optional: a JSON of the same device call that gives the hardware and `{model}`
             where the row's JSON lacks them;
@@ -22,10 +23,15 @@ The page is driven by docs/benchmarks/page.json. Each entry of its "rows" is one
             that made the file (null: not a device run), "env" variables set before it;
   "plot"    optional: bars in comparison.png ("panel" decode or throughput, "label"; keys
             of "ours", "peer" (with "peer_label"), "limit"; `alias.key` reads a "with" file).
-To replace a row's figure with a newer run, point its "json" (and "with") at the new file, e.g.
-  "json": "h200-2026-12-03-defaults/latency-dsv2lite-b1.json"
-then run this script, `git rm` the old file if nothing else uses it (see --unused), and commit.
-To add a workload, add a row. "figures" lists the PNGs shown; "also" other files kept, with why.
+To replace a row's figure with a newer run: copy the new JSON into a dated folder (e.g.
+h200-2026-12-03-defaults/), change that row's one "json" line (and its "with" files, if the
+new call measured them too), e.g.
+  "json": "h200-2026-12-02-defaults/latency-dsv2lite-b1.json",  becomes
+  "json": "h200-2026-12-03-defaults/latency-dsv2lite-b1.json",
+run `python tools/bench_page.py` (page and comparison.png), `git rm` what --unused then lists
+(the old file, once no row, "with" or "same_run" names it), and commit the three together.
+To add a workload, add a row; to drop one, delete it. "figures" lists the PNGs shown ("made":
+drawn here); "also" the other files kept, with why (other pages and notebooks link to them).
 Every number on the page comes from these JSON files; the script types none.
 """
 
@@ -57,7 +63,7 @@ def field(spec: str, docs: dict[str, dict]) -> str:
     "One `{...}` field of a template, read from the row's JSON or an aliased one."
     key, _, fmt = spec.partition(":")
     func = None
-    if key in ("min", "max", "keys"):
+    if key in ("min", "max", "keys", "name"):
         func, (key, _, fmt) = key, fmt.partition(":")
     key, _, flt = key.partition("|")
     scale = re.match(r"(.+?)([*/])(\d+)$", key)
@@ -71,6 +77,8 @@ def field(spec: str, docs: dict[str, dict]) -> str:
     value = walk(doc, path)
     if func == "keys":
         return ", ".join(value)
+    if func == "name":  # the key itself (e.g. `B=64`), once the JSON is seen to have it
+        return path.rpartition(".")[2]
     if func:
         value = {"min": min, "max": max}[func](value)
     if flt == "same":
@@ -181,7 +189,7 @@ def render(spec: dict) -> str:
         "otherwise, every engine setting is at its default. The peer and the limit are measured",
         "in the same run (the JSON's `peers` and `roofline`: weights and KV bytes a step over the",
         "copy rate measured on the device). A row dated earlier has no newer run of its workload",
-        "(two-GPU machines, which the TP=2 rows need, are not lent now).",
+        "(the tensor-parallel rows need multi-GPU machines, which are not lent now).",
         "",
         *table(rows),
         "",
@@ -191,7 +199,9 @@ def render(spec: dict) -> str:
     for fig in spec["figures"]:
         lines += [f"![{fig['caption']}]({fig['png']})", "", f"*{fig['caption']}.*", ""]
     lines += ["## Other files here", ""]
-    lines += [f"- [`{a['path']}`]({a['path']}): {a['what']}." for a in spec["also"]]
+    for a in spec["also"]:  # a folder has no page on the site: named, not linked
+        name = f"`{a['path']}`" if a["path"].endswith("/") else f"[`{a['path']}`]({a['path']})"
+        lines.append(f"- {name}: {a['what']}.")
     lines += [
         "",
         "## How to reproduce",
@@ -253,6 +263,7 @@ def used(spec: dict) -> set[Path]:
     files = {BENCH / "README.md", BENCH / "page.json"}
     for row in spec["rows"]:
         files |= {BENCH / row["json"], *(BENCH / v for v in row.get("with", {}).values())}
+        files |= {BENCH / row["same_run"]} if "same_run" in row else set()
     files |= {BENCH / f["png"] for f in spec["figures"]}
     for a in spec["also"]:
         p = BENCH / a["path"]
