@@ -115,7 +115,8 @@ pytest: install  ## pytest -q tests/ (skipped with a note while tests/ has no te
 	    $(IN_OWN_TMPDIR) $(VPY) -m pytest $(PYTEST_ARGS) tests/; \
 	else echo "pytest: no test files in tests/; skipping"; fi
 
-docs: install  ## build the MkDocs site from nbs/*.ipynb + docs/**/*.md into docs/site/ (strict), check its links
+docs: install  ## check the benchmarks page is current, build the MkDocs site (strict) into docs/site/, check its links
+	$(VPY) tools/bench_page.py --check
 	$(VPY) tools/build_docs.py $(DOCS_ARGS)
 	$(VPY) tools/check_links.py docs/site
 

@@ -11,7 +11,8 @@ Steps:
      cell metadata, so the directives are applied here instead.) Notebooks keep their stored
      outputs; nothing is executed.
   2. Copy docs/ (minus the site output and dotfiles) beside them: docs/*.md become top-level pages
-     after the notebooks, each sub-folder (e.g. docs/benchmarks/) a nav section.
+     after the notebooks, each sub-folder a nav section (a folder of one page, e.g.
+     docs/benchmarks/, is that page under its own title).
   3. Write build/mkdocs.gen.yml, which INHERITs mkdocs.yml and adds docs_dir, site_dir and the nav,
      and run `mkdocs build --strict` with it. The site lands in docs/site/.
 
@@ -110,7 +111,9 @@ def docs_nav(stage: Path, rel_dir: Path, have_index: bool) -> list:
         nav.append({md_title(p) or p.stem.replace("_", " "): rel})
     for d in sorted(x for x in here.iterdir() if x.is_dir()):
         sub = docs_nav(stage, rel_dir / d.name, have_index)
-        if sub:
+        if len(sub) == 1 and isinstance(next(iter(sub[0].values())), str):
+            nav += sub  # a folder of one page (docs/benchmarks/): that page, under its own title
+        elif sub:
             nav.append({d.name.replace("_", " ").replace("-", " ").title(): sub})
     return nav
 

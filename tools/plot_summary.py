@@ -1,10 +1,13 @@
 """One picture of a benchmark folder: measured against target and against the limit measured in the
 same run.
 
-Usage:  python tools/plot_summary.py docs/benchmarks/h200-2026-11-29 run7 [run8 ...]
+Usage:  python tools/plot_summary.py FOLDER run7 [run8 ...]
 Reads PREFIX-*.json written by `metainfer bench` (and `metainfer bench serve`) in FOLDER (for each
 name, the file of the last PREFIX that has it); writes FOLDER/PREFIX-summary.png named after the
-last PREFIX. A panel whose runs are missing is left out.
+last PREFIX. A panel whose runs are missing is left out. FOLDER is a device call's results (run-
+prefixed); docs/benchmarks/ keeps only the latest file of each workload (`tools/bench_page.py`
+draws its figure), e.g. `docs/benchmarks/h200-2026-11-30 run37 run39 run50 run52` for the TP=2
+runs kept there; the earlier runs are in the git history.
 """
 
 import json
