@@ -2,9 +2,9 @@
 
 - exported cell size: lines of code (directives, blank lines and comment-only lines not counted)
   of each `#| export` cell; the median must be <= 10.
-- shown running: an exported cell counts when the next code cell (markdown in between is fine)
-  is not exported and uses a name the exported cell defines (or, for an import-only cell, is
-  skipped: imports are not code to demonstrate); >= 75 % must be.
+- shown running: an exported cell counts when the next code cell (markdown, and cells that only
+  call `show_doc`, in between are fine) is not exported and uses a name the exported cell defines
+  (an import-only cell is skipped: imports are not code to demonstrate); >= 75 % must be.
 - show_doc: every public name of `metainfer` (a module's `__all__`) has a `show_doc(name)` in the
   notebook that exports it.
 - figures: notebook outputs that are images (image/png, image/svg+xml), outside the benchmarks
@@ -63,6 +63,12 @@ def defined_names(code: str) -> tuple[set[str], bool]:
     return names, only_imports
 
 
+def only_show_doc(text: str) -> bool:
+    "A cell that only calls `show_doc` (its directives aside)."
+    lines = [x for x in split_directives(text)[1].splitlines() if x.strip()]
+    return bool(lines) and all(x.startswith("show_doc(") for x in lines)
+
+
 def uses(code: str, names: set[str]) -> bool:
     return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", code) for n in names)
 
@@ -100,7 +106,8 @@ def notebook_stats(path: Path) -> dict:
         if only_imports:
             continue
         sizes.append(code_lines(code))
-        nxt = code_cells[k + 1][1] if k + 1 < len(code_cells) else None
+        later = (c2 for _, c2 in code_cells[k + 1 :] if not only_show_doc(src(c2)))
+        nxt = next(later, None)  # a `show_doc` documents a name; it does not run it
         ndirs, ncode = split_directives(src(nxt)) if nxt else ({}, "")
         if nxt is not None and not ndirs.keys() & EXPORT and uses(ncode, names):
             shown += 1

@@ -15,7 +15,7 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['KINDS', 'SEQUENCE_FIELDS', 'ACTIVE', 'REASONING', 'MAY_REASON', 'GrammarError', 'StructuredOutputsParams',
-           'grammar_text', 'GrammarCompiler', 'GrammarMatcher']
+           'no_additional_properties', 'grammar_text', 'GrammarCompiler', 'GrammarMatcher']
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #25dc5d6f
 class GrammarError(ValueError):
@@ -88,7 +88,7 @@ def _json_grammar(schema: Any, p: StructuredOutputsParams) -> str:
     if not isinstance(schema, (dict, bool)):
         raise GrammarError("a JSON schema must be an object (or true/false)")
     if p.disable_additional_properties and isinstance(schema, dict):
-        schema = _no_additional_properties(schema)
+        schema = no_additional_properties(schema)
     if p.whitespace_pattern is not None:  # whitespace as the request says
         options = {"whitespace_flexible": True, "whitespace_pattern": p.whitespace_pattern}
     else:  # json.dumps's separators (or none), and no other whitespace: see below
@@ -102,13 +102,13 @@ def _json_grammar(schema: Any, p: StructuredOutputsParams) -> str:
         raise GrammarError(f"invalid JSON schema: {e}") from None
 
 
-def _no_additional_properties(schema: Any) -> Any:
+def no_additional_properties(schema: Any) -> Any:
     "A copy of `schema` whose objects take no keys beyond their `properties`."
     if isinstance(schema, list):
-        return [_no_additional_properties(s) for s in schema]
+        return [no_additional_properties(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: _no_additional_properties(v) for k, v in schema.items()}
+    out = {k: no_additional_properties(v) for k, v in schema.items()}
     if out.get("type") == "object" or "properties" in out:
         out.setdefault("additionalProperties", False)
     return out

@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 from ...engine.structured_outputs import GrammarCompiler, GrammarError
-from ...engine.structured_outputs import StructuredOutputsParams
+from ...engine.structured_outputs import StructuredOutputsParams, no_additional_properties
 from ..chat_parsing import THINK, TOOL_FORMATS, ToolFormat
 from .protocol import ChatCompletionRequest, OpenAIError
 
@@ -105,7 +105,10 @@ def tool_call_grammar(
         f"{lit(fmt.begin)} {fmt.body(n, f'args{i}', lit)} {lit(fmt.end)}"
         for i, n in enumerate(names)
     ]
-    schemas = [json.dumps(params[n] | {"x-guidance": CALL_JSON}) for n in names]
+    # an object takes no keys beyond its `properties` unless its schema says so (as xgrammar's
+    # strict mode under vLLM): else an unsure model adds keys until max_tokens
+    strict = [no_additional_properties(params[n]) for n in names]
+    schemas = [json.dumps(s | {"x-guidance": CALL_JSON}) for s in strict]
     args = [f"args{i}: %json {schema}" for i, schema in enumerate(schemas)]
     wrap = [lit(t) if t else "" for t in fmt.wrapper]
     lark = "\n".join([f"start: {wrap[0]} call {wrap[1]}", "call: " + " | ".join(calls), *args])
