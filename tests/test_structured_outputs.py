@@ -307,3 +307,33 @@ def test_structural_tag_and_responses_text_format(llm, client):
     r = client.responses.create(model="tiny", input="JSON?", text={"format": fmt}, temperature=1.0)
     jsonschema.validate(json.loads(r.output_text), SCHEMA)
     assert r.text.format.type == "json_schema"
+
+
+def test_forced_tool_call_arguments_take_no_extra_keys():
+    """As vLLM's xgrammar in strict mode: a forced call's arguments take no keys beyond the
+    function's `properties` unless its schema allows them (an unsure model adds keys forever)."""
+    from transformers import AutoTokenizer
+    from metainfer.entrypoints.openai.protocol import ChatCompletionRequest
+    from metainfer.entrypoints.openai.structured_outputs import tool_call_grammar
+    from metainfer.testing import default_model_dir
+
+    open_ = {
+        "type": "object",
+        "properties": {"x": {"type": "integer"}},
+        "additionalProperties": True,
+    }
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "Weather", "parameters": Weather.model_json_schema()},
+        },
+        {"type": "function", "function": {"name": "Open", "parameters": open_}},
+    ]
+    req = ChatCompletionRequest(
+        model="m", messages=[{"role": "user", "content": "hi"}], tools=tools, tool_choice="required"
+    )
+    grammar = tool_call_grammar(req, AutoTokenizer.from_pretrained(default_model_dir())).grammar
+    schemas = [
+        json.loads(line.split("%json ", 1)[1]) for line in grammar.splitlines() if "%json" in line
+    ]
+    assert [s.get("additionalProperties") for s in schemas] == [False, True]
