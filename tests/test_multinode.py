@@ -174,6 +174,20 @@ def headless_default(port: int) -> subprocess.Popen:
     )
 
 
+def health_until_exit(server: subprocess.Popen, url: str, since: float) -> list[int]:
+    "`/health`'s answers every 50 ms until `server` exits (at most 30 s after `since`)."
+    import httpx
+
+    health = []
+    while server.poll() is None and time.monotonic() - since < 30:
+        try:
+            health.append(httpx.get(f"{url}/health", timeout=0.5).status_code)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    return health
+
+
 def kill_trees(*procs: subprocess.Popen) -> None:
     for p in procs:
         try:
@@ -186,7 +200,6 @@ def test_server_spanning_two_nodes_then_node1_killed():
     """Acceptance 4, then 2 through the server: the openai client gets TP=1's greedy text from
     a server whose TP=4 spans two nodes; kill -9 of node 1 mid-stream ends the stream with an
     error, `/health` says 503 and the server exits non-zero within 10 s; no process is left."""
-    import httpx
     import openai
     from metainfer.testing import default_model_dir
 
@@ -224,13 +237,7 @@ def test_server_spanning_two_nodes_then_node1_killed():
         with pytest.raises(openai.APIError):
             for _ in stream:
                 pass
-        health = []
-        while server.poll() is None and time.monotonic() - killed < 30:
-            try:
-                health.append(httpx.get(f"{url}/health", timeout=2).status_code)
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
+        health = health_until_exit(server, url, killed)
         assert server.wait(30) != 0 and time.monotonic() - killed < 10
         assert 200 not in health
         assert tree_gone(server, 20) and tree_gone(node1, 20)
@@ -296,7 +303,6 @@ def test_a_frozen_node_stops_the_server():
     """SIGSTOP of node 1's tree mid-stream (a hung machine: its sockets stay open, so rank 0's
     collective blocks): `/health` turns 503 and the server exits 1 within 10 s anyway, without
     waiting for the blocked step; node 1, once continued, finds node 0 gone and exits."""
-    import httpx
     import openai
 
     port = free_port()
@@ -324,13 +330,8 @@ def test_a_frozen_node_stops_the_server():
         reader = threading.Thread(target=read_rest, daemon=True)
         reader.start()
         os.killpg(node1.pid, signal.SIGSTOP)
-        stopped, health = time.monotonic(), []
-        while server.poll() is None and time.monotonic() - stopped < 30:
-            try:
-                health.append(httpx.get(f"{url}/health", timeout=0.5).status_code)
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
+        stopped = time.monotonic()
+        health = health_until_exit(server, url, stopped)
         assert server.wait(30) != 0 and time.monotonic() - stopped < 10
         print(f"frozen node: server exit {time.monotonic() - stopped:.1f} s after SIGSTOP")
         reader.join(10)

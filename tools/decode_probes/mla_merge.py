@@ -14,6 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 import torch
 from triton.testing import do_bench
+from graph_timing import graph_us
 from metainfer.layers.attention import make_metadata
 import metainfer.kernels.triton_mla_decode as new_mla
 import old_mla
@@ -22,32 +23,6 @@ from metainfer.kernels.triton_split_kv import decode_splits
 
 dev = torch.device("cuda")
 res = {}
-
-
-def graph_time(fn, reps=27, iters=30):
-    "µs per call of fn, captured `reps` times in one graph (as the layers of a step)."
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-        a.record()
-        for _ in range(iters):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters / reps)
-    return sorted(ts)[2]
 
 
 def mla_case(ctx, B=1, H=16, r=512, dr=64, bs=16):
@@ -77,7 +52,7 @@ for ctx in (128, 256, 400, 640, 2048):
                 mod._MERGE_TILE = tile
             out = mod.mla_decode_latent(q, q_pe, cache, meta, 0.1)
             err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-            us = graph_time(lambda: mod.mla_decode_latent(q, q_pe, cache, meta, 0.1))
+            us = graph_us(lambda: mod.mla_decode_latent(q, q_pe, cache, meta, 0.1), 27, 30)
             rows.append(dict(ctx=ctx, max_len=max_len, variant=name, us=us, err=err))
             print(
                 f"MLA ctx {ctx:5d} max_len {max_len:6d} {name:6s} {us:6.2f} us/layer err {err:.1e}",

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import torch
+from graph_timing import graph_us
 from metainfer.layers.attention import make_metadata
 from metainfer.kernels.triton_decode import paged_decode
 from metainfer.kernels.triton_split_kv import decode_splits
@@ -19,31 +20,6 @@ def tried_pieces(batch, kv_heads, max_context, device):
     fills = decode_splits(batch, kv_heads, 1 << 30, device) < 4
     pieces = min(max(decode_splits(batch, kv_heads, 1 << 30, device), 4), -(-max_context // 256))
     return max(1, min(pieces, 128)), 256 if fills else 32
-
-
-def graph_us(fn, reps=36, iters=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-        a.record()
-        for _ in range(iters):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters / reps)
-    return sorted(ts)[2]
 
 
 rows, rng = [], random.Random(0)
@@ -77,7 +53,7 @@ for B, phase in (
     for name, kw in (("old", old), ("new", new)):
         out = paged_decode(q, k, v, kc, vc, meta, 0.08, **kw)
         err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-        us = graph_us(lambda: paged_decode(q, k, v, kc, vc, meta, 0.08, **kw))
+        us = graph_us(lambda: paged_decode(q, k, v, kc, vc, meta, 0.08, **kw), 36, 20)
         rows.append(
             dict(
                 B=B,
