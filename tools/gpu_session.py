@@ -7,8 +7,8 @@ allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agre
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
 deepseek-tp4-throughput; tiny-train, greedy (issue 29); fp8-qwen, fp8-qwen-throughput,
-fp8-deepseek-b1, fp8-deepseek-throughput, fp8-qwen-channel (issue 30): one call (570 s) holds
-about two of them.
+fp8-deepseek-b1, fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30):
+one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -693,6 +693,24 @@ def stage_fp8_qwen():
     sh(f"{PY} tools/graphs_identity.py {fp8} --tokens 64 --modes {modes} --out {out}")
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1 --profile")
     bench(f"latency {bf16} --batch-size 1 --name latency-qwen3-8b-bf16-b1")
+
+
+def stage_fp8_tiny():
+    """Issue 30: the trained tiny models in both FP8 layouts on the GPU, graphs and eager, against
+    their dequantized twins (tools/fp8_gpu_check.py)."""
+    rc = sh(f"{PY} tools/fp8_gpu_check.py {RES / 'fp8-gpu.json'}", 240)
+    summary.append(f"fp8-tiny: rc {rc}")
+    keep()
+
+
+def stage_fp8_agreement():
+    """Issue 30: Qwen3-8B block-wise FP8, teacher-forced top-1 of metainfer's and of HF's own FP8
+    path against HF bf16 on the dequantized weights (tools/fp8_agreement.py; the HF kernel carried
+    in the git-ignored `.hf-fp8/`, accelerate in `.whl-hf/`)."""
+    env = "FINEGRAINED_AUTOTUNE_TRIALS=4 HF_HUB_OFFLINE=1 TRANSFORMERS_DISABLE_DEEPGEMM_LINEAR=1"
+    out, fp8 = RES / "agreement-qwen3-8b-fp8-vs-hf.json", fp8_checkpoint("Qwen3-8B")
+    sh(f"{env} {PY} tools/fp8_agreement.py {fp8} --kernel .hf-fp8 --out {out}")
+    keep()
 
 
 def stage_fp8_qwen_throughput():

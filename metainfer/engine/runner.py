@@ -16,15 +16,11 @@ from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
 from ..layers.attention import KVPool, make_metadata, to_device
 from ..models.loader import load_weights, use_fp8_weights
+from ..kernels.triton_linear import prepare_fp8_gemms
 from .scheduler import ScheduledBatch
 from .step_input import StepInput, step_input, fill_pending
-from metainfer.engine.logits_processing import (
-    Forwarded,
-    LaunchedStep,
-    draw_tokens,
-    score_rows,
-    step_logprobs,
-)
+from .logits_processing import Forwarded, LaunchedStep, draw_tokens
+from .logits_processing import score_rows, step_logprobs
 from .token_masks import apply_token_bitmask
 from .cuda_graphs import DecodeGraphs
 from .profile_run import kv_block_budget, profile_memory, warm_up
@@ -119,6 +115,8 @@ class ModelRunner:
             self.model = model(model_config, self.tp, self.backend).eval()
         scheme = use_fp8_weights(self.model, config.model, model_config.hf, config.quantization)
         load_weights(self.model, config.model, self.tp.rank == 0, scheme)
+        if scheme is not None and self.device.type == "cuda":
+            prepare_fp8_gemms(self.model, self.device)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         log.info(
             f"rank {self.tp.rank}: {self.weight_bytes / 2**30:.2f} GiB of weights on {self.device} "

@@ -4,8 +4,10 @@
 
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8002
 from __future__ import annotations  # noqa: F404
+import functools
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 from .elementwise import linear_ref
 from .triton_launch import cdiv, jit, next_pow2, tl
 from .triton_norms import add_rms_norm, rms_norm
@@ -14,7 +16,8 @@ from .triton_gemv import fp8, gemv, one_gpu_row, prologue_norms_alike
 from ..layers.fp8 import FP8, quantize_fp8
 
 # %% auto #0
-__all__ = ['ACTIVATIONS', 'quantize_activations', 'fp8_gemm_tiles', 'fp8_gemm', 'linear', 'norm_linear']
+__all__ = ['ACTIVATIONS', 'quantize_activations', 'fp8_gemm_tiles', 'scaled_mm_takes', 'scaled_mm', 'prepare_fp8_gemms',
+           'fp8_gemm', 'linear', 'norm_linear']
 
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8004k
 @jit
@@ -40,16 +43,21 @@ def _quantize_rows_kernel(
     tl.store(s_ptr + m * stride_sm + g * stride_sg, s)
 
 
-def quantize_activations(x: Tensor, group: int) -> tuple[Tensor, Tensor]:
+def quantize_activations(x: Tensor, group: int, outer_major: bool = False) -> tuple[Tensor, Tensor]:
     """Rows `x` `[M, K]` in FP8 with a float32 scale per row and `group` columns (`[M, ceil(K /
-    group)]`): each group's largest |value| becomes 448, as DeepSeek-V3 quantizes activations. One
-    launch on a GPU."""
+    group)]`; `outer_major`: stored column by column, as cuBLAS reads them): each group's largest
+    |value| becomes 448, as DeepSeek-V3 quantizes activations. One launch on a GPU."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     (M, K), G = x.shape, cdiv(x.shape[1], group)
     if not x.is_cuda:  # torch's rounding (Triton's interpreter mis-rounds stores to FP8)
-        return quantize_fp8(x, (1, group))
+        q, s = quantize_fp8(x, (1, group))
+        return q, s.t().contiguous().t() if outer_major else s
     q = torch.empty(M, K, dtype=FP8, device=x.device)
-    s = torch.empty(M, G, device=x.device)
+    s = (
+        torch.empty(G, M, device=x.device).t()
+        if outer_major
+        else torch.empty(M, G, device=x.device)
+    )
     block = next_pow2(group)
     _quantize_rows_kernel[(M, G)](
         x,
@@ -132,18 +140,64 @@ def fp8_gemm_tiles(M: int, K: int, group: int) -> dict:
         num_stages=3,
     )
 
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8006s
+@functools.cache
+def _is_hopper(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device)[0] == 9
+
+
+def scaled_mm_takes(weight, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether `torch._scaled_mm` multiplies `dtype` rows on `device` by the `Fp8Weight` `weight`:
+    a Hopper GPU, 16-bit activations, scales per 128 columns or per row, `N` and `K` multiples of
+    16 (what it was probed to take)."""
+    (N, K), g = weight.shape, weight.group
+    return (
+        device.type == "cuda"
+        and dtype in (torch.bfloat16, torch.float16)
+        and (g == 128 or g >= K)
+        and N % 16 == 0
+        and K % 16 == 0
+        and _is_hopper(device)
+    )
+
+
+def scaled_mm(a: Tensor, weight, dtype: torch.dtype) -> Tensor:
+    """`a Wᵀ` `[M, N]` by cuBLAS's FP8 GEMM: `a` quantized per token and 128 columns (1 × 128
+    blocks; rows padded to a multiple of 4) for a block-wise `weight`, per token for a per-channel
+    one."""
+    M, K = a.shape
+    if weight.group >= K:
+        q, s = quantize_activations(a, K)
+        return torch._scaled_mm(q, weight.data.T, s, weight.scale.T, out_dtype=dtype)
+    pad = -M % 4
+    q, s = quantize_activations(F.pad(a, (0, 0, 0, pad)) if pad else a, 128, outer_major=True)
+    out = torch._scaled_mm(q, weight.data.T, s, weight.scale_columns, out_dtype=dtype)
+    return out[:M] if pad else out
+
+
+def prepare_fp8_gemms(model: nn.Module, device: torch.device) -> int:
+    """After loading: each block-wise FP8 layer's `scale_columns`, where `scaled_mm` will read them
+    (so no CUDA graph captures their making). Returns how many."""
+    ws = [m.fp8 for m in model.modules() if getattr(m, "fp8", None) is not None]
+    ws = [w for w in ws if w.group < w.shape[-1] and scaled_mm_takes(w, torch.bfloat16, device)]
+    for w in ws:
+        w.scale_columns  # noqa: B018 (made and cached)
+    return len(ws)
+
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8007
 def fp8_gemm(
     x: Tensor, weight, bias: Tensor | None = None, out_dtype: torch.dtype | None = None
 ) -> Tensor:
-    """`x Wᵀ + b` for an `Fp8Weight` `W` (`[..., K]` rows in, `[..., N]` out). Up to 511 rows
-    (decode batches), our kernel on FP8 activations (quantized per row and scale group); from 512
-    (prefill chunks) `W` dequantized for the step and cuBLAS's bf16 GEMM, where the GEMM's time
-    hides the dequantization's."""
+    """`x Wᵀ + b` for an `Fp8Weight` `W` (`[..., K]` rows in, `[..., N]` out): `scaled_mm` where it
+    takes `W`; else, up to 511 rows (decode batches), our kernel on FP8 activations (quantized per
+    row and scale group), and from 512 (prefill chunks) `W` dequantized for the step and cuBLAS's
+    bf16 GEMM, where the GEMM's time hides the dequantization's."""
     K, (N, _), g = x.shape[-1], weight.shape, weight.group
     a, dtype = x.reshape(-1, K), out_dtype or x.dtype
     M = a.shape[0]
-    if M >= 512 and x.is_cuda:
+    if x.dtype == dtype and scaled_mm_takes(weight, dtype, x.device):
+        out = scaled_mm(a, weight, dtype)
+    elif M >= 512 and x.is_cuda:
         out = linear_ref(a, weight.dequantize(x.dtype), None, dtype)
     else:
         assert g >= K or (g & (g - 1) == 0 and g >= 16), "scale groups of a power of two >= 16"

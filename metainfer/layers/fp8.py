@@ -5,6 +5,7 @@
 # %% ../../nbs/layers/05a_fp8.ipynb #f8001
 from __future__ import annotations
 from dataclasses import dataclass
+from functools import cached_property
 import torch
 from torch import nn, Tensor
 from fastcore.basics import patch
@@ -46,6 +47,14 @@ class Fp8Weight:
     def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
         "The weight in `dtype`."
         return dequantize_fp8(self.data, self.scale, self.group, dtype)
+
+    @cached_property
+    def scale_columns(self) -> Tensor:
+        """The scales as `[ceil(K / group), N]` rows: the layout cuBLAS's FP8 GEMM reads 1 × 128
+        weight scales in. Made once, after loading and before any CUDA graph is captured."""
+        capturing = self.scale.is_cuda and torch.cuda.is_current_stream_capturing()
+        assert not capturing, "made before graph capture"
+        return self.scale.t().contiguous()
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8011
 def quantize_fp8(w: Tensor, block: tuple[int, int]) -> tuple[Tensor, Tensor]:
