@@ -1,6 +1,8 @@
 """FP8 checkpoints on the GPU (issue 30): the trained tiny models in both layouts, bf16, with CUDA
-graphs and eagerly, against the same engine on their dequantized twins (which hold exactly the
-bf16 weights the FP8 path dequantizes to, so the greedy tokens must be identical).
+graphs and eagerly (which must give the same tokens), against the same engine on their dequantized
+twins (exactly the weights the FP8 path holds). Several rows quantize their activations to FP8 as
+well (W8A8), so a twin's tokens agree until a near-tie; `identical_prompts` counts the prompts
+whose 64 tokens all agree.
 
 Usage: python3 tools/fp8_gpu_check.py OUT.json   (block-wise needs transformers only; the
 per-channel layout needs compressed-tensors, skipped with a note where it does not import)
