@@ -3,22 +3,11 @@
 import json
 import sys
 import torch
+
+from timing import eager_us  # this folder (the script's own) is on sys.path
 from metainfer.kernels import triton_linear as tl_
 from metainfer.kernels.triton_launch import cdiv
 from metainfer.layers.fp8 import Fp8Weight, expand_scale, quantize_fp8
-
-
-def bench(fn, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters * 1e3  # us
 
 
 res = {}
@@ -30,8 +19,8 @@ for N, K in ((6144, 4096), (24576, 4096), (4096, 12288)):
     for M in (16, 256, 4096):
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         row = {
-            "bf16_mm": bench(lambda: x @ wb.T),
-            "quant": bench(lambda: tl_.quantize_activations(x, 128)),
+            "bf16_mm": eager_us(lambda: x @ wb.T),
+            "quant": eager_us(lambda: tl_.quantize_activations(x, 128)),
         }
         a, a_s = tl_.quantize_activations(x, 128)
         out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
@@ -70,10 +59,10 @@ for N, K in ((6144, 4096), (24576, 4096), (4096, 12288)):
                 )
 
             try:
-                row[f"{bm}x{bn}x{bk}w{nw}s{ns}"] = bench(go)
+                row[f"{bm}x{bn}x{bk}w{nw}s{ns}"] = eager_us(go)
             except Exception as ex:
                 row[f"{bm}x{bn}x{bk}w{nw}s{ns}"] = type(ex).__name__
-        row["fp8_gemm_default"] = bench(lambda: tl_.fp8_gemm(x, fw))
+        row["fp8_gemm_default"] = eager_us(lambda: tl_.fp8_gemm(x, fw))
         res[f"{M}x{N}x{K}"] = {
             k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()
         }

@@ -11,6 +11,8 @@ import sys
 
 import torch
 
+from timing import eager_us  # this folder (the script's own) is on sys.path
+
 from metainfer.kernels import triton_linear as tl_
 from metainfer.layers.fp8 import Fp8Weight, expand_scale, quantize_fp8
 
@@ -26,20 +28,6 @@ SHAPES = {  # (N, K) of Qwen3-8B's and DeepSeek-V2-Lite's linears at TP=1
 }
 ROWS = (1, 2, 3, 8, 15, 16, 17, 33, 64, 100, 128, 200, 256, 384, 511, 512, 1000, 2048, 8192)
 TIMED = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-
-
-def bench(fn, iters=20) -> float:
-    "Microseconds a call (CUDA events)."
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-    s.record()
-    for _ in range(iters):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters * 1e3
 
 
 def quantize_outer_major(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,7 +82,7 @@ def probe_shape(N: int, K: int) -> dict:
                             q, qw.T, scale_a=s, scale_b=sb, out_dtype=torch.bfloat16
                         )
 
-                    times[name] = round(bench(f), 1)
+                    times[name] = round(eager_us(f), 1)
             except Exception as ex:  # noqa: BLE001 (a probe: record what refused)
                 row[name] = f"{type(ex).__name__}: {str(ex)[:120]}"
         try:
@@ -110,13 +98,13 @@ def probe_shape(N: int, K: int) -> dict:
                         q, qc.T, scale_a=s, scale_b=sc.T, out_dtype=torch.bfloat16
                     )
 
-                times["rowwise"] = round(bench(g), 1)
+                times["rowwise"] = round(eager_us(g), 1)
         except Exception as ex:  # noqa: BLE001
             row["rowwise"] = f"{type(ex).__name__}: {str(ex)[:120]}"
         if M in TIMED:
-            times["bf16"] = round(bench(lambda: x @ wd.T), 1)
-            times["triton_fp8"] = round(bench(lambda: tl_.fp8_gemm(x, fw)), 1)
-            times["dequant_bf16"] = round(bench(lambda: x @ fw.dequantize(torch.bfloat16).T), 1)
+            times["bf16"] = round(eager_us(lambda: x @ wd.T), 1)
+            times["triton_fp8"] = round(eager_us(lambda: tl_.fp8_gemm(x, fw)), 1)
+            times["dequant_bf16"] = round(eager_us(lambda: x @ fw.dequantize(torch.bfloat16).T), 1)
             out["time_us"][M] = times
         out["support"][M] = row
     return out
@@ -127,7 +115,7 @@ def graph_check() -> dict:
     N, K, M = 6144, 4096, 64
     w = torch.randn(N, K, device="cuda") * 0.02
     qw, grid = quantize_fp8(w, (128, 128))
-    sb = expand_scale(grid, 128, N).t().contiguous().t()
+    sb = expand_scale(grid, 128, N).t().contiguous()  # [G, N]: the layout it takes
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
 
     def f():
