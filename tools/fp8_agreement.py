@@ -11,7 +11,6 @@ bench's margins.
 """
 
 import argparse
-import gc
 import importlib
 import json
 import sys
@@ -23,6 +22,7 @@ import torch
 from metainfer import LLM
 from metainfer.bench.agreement import MARGINS, agreement, decisive, engine_top1, hf_top1
 from metainfer.bench.common import random_prompts
+from metainfer.bench.results import free_memory
 
 RULES = {"all": -1.0, "gap>3%": 0.03} | {f"gap>{m:g}": m for m in MARGINS}
 
@@ -51,11 +51,6 @@ def hf_fp8_model(path: str, dequantize: bool):
     return model.eval()
 
 
-def free() -> None:
-    gc.collect()
-    torch.cuda.empty_cache()
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("model")
@@ -74,13 +69,13 @@ def main() -> None:
     top1 = {"metainfer_fp8": engine_top1(llm, prompts, forced)[0]}
     llm.shutdown()
     del llm
-    free()
+    free_memory()
     res["seconds"]["metainfer"] = round(time.time() - t, 1)
     t = time.time()
     model = hf_fp8_model(args.model, dequantize=True)
     ref, gaps = hf_top1(model, prompts, forced)
     del model
-    free()
+    free_memory()
     res["seconds"]["hf_dequantized_bf16"] = round(time.time() - t, 1)
     t = time.time()
     try:
@@ -90,7 +85,7 @@ def main() -> None:
         res["hf_fp8_modules"] = kinds
         top1["hf_fp8"] = hf_top1(model, prompts, forced)[0]
         del model
-        free()
+        free_memory()
     except Exception as ex:  # noqa: BLE001 (reported: the comparison without HF's FP8 path)
         res["hf_fp8_error"] = f"{type(ex).__name__}: {ex}"[:2000]
     res["seconds"]["hf_fp8"] = round(time.time() - t, 1)

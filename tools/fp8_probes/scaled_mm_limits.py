@@ -30,24 +30,11 @@ ROWS = (1, 2, 3, 8, 15, 16, 17, 33, 64, 100, 128, 200, 256, 384, 511, 512, 1000,
 TIMED = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
-def quantize_outer_major(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    "`quantize_activations` with the scales written outer-dim-major (`[M, G]`, strides (1, M))."
-    M, K = x.shape
-    G = -(-K // group)
-    q = torch.empty(M, K, dtype=torch.float8_e4m3fn, device=x.device)
-    s = torch.empty(G, M, device=x.device).t()
-    block = 1 << (group - 1).bit_length()
-    tl_._quantize_rows_kernel[(M, G)](
-        x, q, s, K, x.stride(0), q.stride(0), s.stride(0), s.stride(1), GROUP=group, BLOCK=block
-    )
-    return q, s
-
-
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
     return ((y.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
 
 
-def layouts(qw, w_rows, w_grid, K):
+def layouts(w_rows, w_grid):
     "Candidate (name, scale_b) pairs for `_scaled_mm(qa, qw.T, scale_a, scale_b)`."
     return {
         "1x128:rows(N,G)strides(1,N)": w_rows.t().contiguous().t(),
@@ -67,17 +54,17 @@ def probe_shape(N: int, K: int) -> dict:
     out = {"support": {}, "time_us": {}}
     for M in sorted(set(ROWS) | set(TIMED)):
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        qa, sa = quantize_outer_major(x, 128)
+        qa, sa = tl_.quantize_activations(x, 128, outer_major=True)
         ref = (qa.float() * sa.repeat_interleave(128, 1)[:, :K]) @ fw.dequantize().T
         row, times = {}, {}
-        for name, sb in layouts(qw, rows, grid, K).items():
+        for name, sb in layouts(rows, grid).items():
             try:
                 y = torch._scaled_mm(qa, qw.T, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
                 row[name] = round(rel_err(y, ref), 5)
                 if M in TIMED:
 
                     def f(sb=sb):
-                        q, s = quantize_outer_major(x, 128)
+                        q, s = tl_.quantize_activations(x, 128, outer_major=True)
                         return torch._scaled_mm(
                             q, qw.T, scale_a=s, scale_b=sb, out_dtype=torch.bfloat16
                         )
@@ -119,7 +106,7 @@ def graph_check() -> dict:
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
 
     def f():
-        q, s = quantize_outer_major(x, 128)
+        q, s = tl_.quantize_activations(x, 128, outer_major=True)
         return torch._scaled_mm(q, qw.T, scale_a=s, scale_b=sb, out_dtype=torch.bfloat16)
 
     try:
