@@ -116,12 +116,16 @@ def warm_up_steps(block_size: int, vocab: int) -> list[StepInput]:
     those with a context run twice, with block tables of 16 blocks and of another width (Triton
     compiles a kernel anew for an integer argument divisible by 16, such as a table's stride)."""
     b = block_size
-    steps = [dummy_step([7], b, vocab=vocab), dummy_step([600], b, vocab=vocab)]
+    # prompts of one token (a single row: the GEMV path), 7, 601 and 608 tokens: counts that 16
+    # divides and does not, on both sides of the MoE GEMM's switch of tiles at 512 (token, expert)
+    # pairs, for any top-k below 16
+    steps = [dummy_step([n], b, vocab=vocab) for n in (1, 7, 601, 608)]
     for n in (2 * b, 16 * b):  # the longest context: 2 blocks, then 16
         steps += [
             dummy_step([9, 7], b, cached=[n - 9, b], vocab=vocab),  # after cached prefixes
             dummy_step([1, 1, 7], b, cached=[n - 1, 3, b], vocab=vocab),  # decode rows, a chunk
             dummy_step([1, 1], b, cached=[n - 1, 3], vocab=vocab),  # a decode step, run eagerly
+            dummy_step([1], b, cached=[n - 1], vocab=vocab),  # and one row of it (the GEMV's)
         ]
     return steps
 
