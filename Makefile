@@ -50,7 +50,7 @@ IN_OWN_TMPDIR := bash tools/in_own_tmpdir.sh
 INSTALL_DEPS := settings.ini setup.py $(wildcard pyproject.toml)
 
 .PHONY: help demo test install install-demo sync readme readme-check lint nbtest pytest docs docs-serve \
-        prepare clean distclean
+        screenshots prepare clean distclean
 
 help:  ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -124,6 +124,12 @@ docs-serve: install  ## stage the docs and run `mkdocs serve` (re-run after edit
 	$(VPY) tools/build_docs.py --serve $(DOCS_ARGS)
 
 # ---------------------------------------------------------------- developer helpers
+# Not part of `test`: needs Chromium (apt-get install chromium) and `pip install playwright` in $(VENV).
+SCREENSHOTS_ARGS ?=
+screenshots:  ## screenshots of docs/site at 1400 px into docs/screenshots/; fails if a <=100-char code line is cut off
+	@test -f docs/site/index.html || { echo "screenshots: no docs/site; run make docs first" >&2; exit 1; }
+	$(VPY) tools/screenshots.py $(SCREENSHOTS_ARGS)
+
 prepare: install  ## nbdev_export + nbdev_clean + readme: bring everything in sync before committing
 	$(VENV)/bin/nbdev_export
 	$(VENV)/bin/nbdev_clean

@@ -10,9 +10,9 @@ Steps:
      pointed at the rendered `x.html`. (Cell tags can't be used for hiding: nbdev_clean strips
      cell metadata, so the directives are applied here instead.) Notebooks keep their stored
      outputs; nothing is executed.
-  2. Copy docs/ (minus the site output and dotfiles) beside them: docs/*.md become top-level pages
-     after the notebooks, each sub-folder a nav section (a folder of one page, e.g.
-     docs/benchmarks/, is that page under its own title).
+  2. Copy docs/ (minus the site output, docs/screenshots/ and dotfiles) beside them: docs/*.md
+     become top-level pages after the notebooks, each sub-folder a nav section (a folder of one
+     page, e.g. docs/benchmarks/, is that page under its own title).
   3. Write build/mkdocs.gen.yml, which INHERITs mkdocs.yml and adds docs_dir, site_dir and the nav,
      and run `mkdocs build --strict` with it. The site lands in docs/site/.
 
@@ -183,6 +183,8 @@ def main(argv=None) -> int:
             if not p.is_file() or any(s.startswith(".") for s in rel.parts):
                 continue
             if p.resolve().is_relative_to(site) or p.suffix in (".ipynb", ".py"):
+                continue
+            if rel.parts[0] == "screenshots":  # tools/screenshots.py's output: not in the site
                 continue
             if rel.as_posix() == "index.md" and have_index:
                 print(
