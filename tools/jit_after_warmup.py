@@ -6,16 +6,16 @@ For each model (default: the two trained tiny models in the package), `LLM(model
 then a workload of varied shapes: batches of 1 to 64 prompts of 1 to 700 tokens, shared prefixes,
 greedy and sampled, logprobs and penalties. Every Triton kernel that compiles during the workload
 is listed (name, when); the JSON says how many, and how many variants had compiled by then.
-`--control` runs the same with the warm-up of 2026-12-03 (`OLD_STEPS`), to show that the check
+`--control` runs the same with the warm-up of 2026-12-03 (`old_steps`), to show that the check
 sees what that one missed.
 """
 
 import gc
 import json
-import warnings
 import random
 import sys
 import time
+import warnings
 from pathlib import Path
 
 
@@ -24,7 +24,6 @@ def compiled_variants() -> dict[str, int]:
     from triton.runtime.jit import JITFunction
 
     counts: dict[str, int] = {}
-    warnings.simplefilter("ignore", FutureWarning)  # gc meets torch's deprecated aliases
     for o in gc.get_objects():
         if isinstance(o, JITFunction):
             n = sum(len(c[0]) for c in o.device_caches.values())
@@ -32,7 +31,7 @@ def compiled_variants() -> dict[str, int]:
     return counts
 
 
-def workload(llm, vocab: int, rng: random.Random):
+def workload(vocab: int, rng: random.Random):
     "Batches of varied shapes, each a `generate` call: (what it was, its arguments)."
     from metainfer import SamplingParams
 
@@ -78,7 +77,7 @@ def check(model: str, control: bool) -> dict:
     vocab = llm.llm_engine.model_config.vocab_size
     before, late, rng = compiled_variants(), [], random.Random(0)
     at_start = sum(before.values())
-    for what, prompts, params in workload(llm, vocab, rng):
+    for what, prompts, params in workload(vocab, rng):
         t = time.perf_counter()
         llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         now = compiled_variants()
@@ -101,6 +100,7 @@ def check(model: str, control: bool) -> dict:
 def main() -> None:
     from metainfer.testing import trained_model_dir
 
+    warnings.simplefilter("ignore", FutureWarning)  # gc meets torch's deprecated aliases
     out, control = Path(sys.argv[1]), "--control" in sys.argv
     models = [a for a in sys.argv[2:] if a != "--control"] or [
         str(trained_model_dir("qwen3")),

@@ -56,7 +56,7 @@ for name, (N, K) in SHAPES.items():
         x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
         ideal = max(N * K * 2 / COPY, 2 * M * N * K / PEAK) * 1e6
         ref = F.linear(x, ws[0]).float()
-        it = iter(itertools.cycle(ws))
+        it = itertools.cycle(ws)
         cublas = graph_us(lambda: F.linear(x, next(it)), LAYERS, 10)
         best = None
         bm = max(16, min(64, triton.next_power_of_2(M)))
@@ -68,7 +68,7 @@ for name, (N, K) in SHAPES.items():
             try:
                 out = triton_linear(x, ws[0], bm, bn, bk, split, warps, stages).float()
                 err = ((out - ref).norm() / ref.norm()).item()
-                it = iter(itertools.cycle(ws))
+                it = itertools.cycle(ws)
                 us = graph_us(
                     lambda: triton_linear(x, next(it), bm, bn, bk, split, warps, stages), LAYERS, 10
                 )
