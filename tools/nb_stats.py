@@ -6,7 +6,8 @@
   call `show_doc`, in between are fine) is not exported and uses a name the exported cell defines
   (an import-only cell is skipped: imports are not code to demonstrate); >= 75 % must be.
 - show_doc: every public name of `metainfer` (a module's `__all__`) has a `show_doc(name)` in the
-  notebook that exports it.
+  notebook that exports it; a constant may instead be shown by value (a cell whose last line is the
+  bare name), since `show_doc` of a constant prints its type's docstring.
 - figures: notebook outputs that are images (image/png, image/svg+xml), outside the benchmarks
   notebooks; at least 8.
 
@@ -48,10 +49,12 @@ def defined_names(code: str) -> tuple[set[str], bool]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
             for d in getattr(node, "decorator_list", []):  # @patch def f(self: Cls): Cls.f
+                d = d.func if isinstance(d, ast.Call) else d  # @patch(as_prop=True)
                 if isinstance(d, ast.Name) and d.id in ("patch", "patch_to") and node.args.args:
                     ann = node.args.args[0].annotation
                     if isinstance(ann, ast.Name):
                         names.add(ann.id)
+                    names.add("." + node.name)  # a method runs as `obj.f(...)`
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -70,7 +73,9 @@ def only_show_doc(text: str) -> bool:
 
 
 def uses(code: str, names: set[str]) -> bool:
-    return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", code) for n in names)
+    "Whether `code` names one of `names` (`.f` stands for a method: `obj.f`)."
+    pats = [rf"(?<![\w.]){re.escape(n)}\b" if n[0] != "." else rf"\w\{n}\b" for n in names]
+    return any(re.search(p, code) for p in pats)
 
 
 def module_all(mod: str) -> list[str]:
@@ -86,17 +91,46 @@ def module_all(mod: str) -> list[str]:
     return []
 
 
+def module_constants(mod: str) -> set[str]:
+    "Names a module assigns at top level (constants: documented by showing their value)."
+    path = ROOT / (mod.replace(".", "/") + ".py")
+    if not path.exists():
+        return set()
+    out = set()
+    for node in ast.parse(path.read_text()).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets += [node.target] if isinstance(node, ast.AnnAssign) else []
+        out |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return out
+
+
+def displayed_names(code: str) -> set[str]:
+    "The bare names a cell's last statement displays (`DTYPES` or `TINY, TRAINED`)."
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return set()
+    if not body or not isinstance(body[-1], ast.Expr):
+        return set()
+    v = body[-1].value
+    elts = v.elts if isinstance(v, ast.Tuple) else [v]
+    return {e.id for e in elts if isinstance(e, ast.Name)}
+
+
 def notebook_stats(path: Path) -> dict:
     nb = read_nb(path)
     cells = nb.get("cells", [])
     code_cells = [(i, c) for i, c in enumerate(cells) if c.get("cell_type") == "code"]
     default_exp, sizes, shown, missed, figures, docs = None, [], 0, [], 0, set()
+    values: set[str] = set()  # names a cell shows the value of (its last line is the bare name)
     for k, (i, c) in enumerate(code_cells):
         dirs, code = split_directives(src(c))
         if "default_exp" in dirs:
             default_exp = dirs["default_exp"][0]
         for m in re.finditer(r"^show_doc\(\s*([\w.]+)", code, re.M):
             docs.add(m.group(1).split(".")[-1] if "." not in m.group(1) else m.group(1))
+        if not dirs.keys() & EXPORT:
+            values |= displayed_names(code)
         for o in c.get("outputs", []):
             if {"image/png", "image/svg+xml"} & set(o.get("data", {})):
                 figures += 1
@@ -112,9 +146,16 @@ def notebook_stats(path: Path) -> dict:
         if nxt is not None and not ndirs.keys() & EXPORT and uses(ncode, names):
             shown += 1
         else:
-            missed.append(f"cell {i}: {', '.join(sorted(names)) or '?'}")
+            missed.append(f"cell {i}: {', '.join(sorted(n for n in names if n[0] != '.')) or '?'}")
     public = module_all(f"{settings_lib()}.{default_exp}") if default_exp else []
-    no_doc = [n for n in public if n not in docs and not any(d.endswith("." + n) for d in docs)]
+    consts = module_constants(f"{settings_lib()}.{default_exp}") if default_exp else set()
+    no_doc = [
+        n
+        for n in public
+        if n not in docs
+        and not any(d.endswith("." + n) for d in docs)
+        and not (n in consts and n in values)  # show_doc of a constant is its type's docstring
+    ]
     return dict(sizes=sizes, shown=shown, missed=missed, figures=figures, no_doc=no_doc)
 
 
