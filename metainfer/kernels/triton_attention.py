@@ -8,6 +8,7 @@ import functools
 import inspect
 import torch
 from torch import Tensor
+from fastcore.basics import patch
 from ..layers.attention import AttentionMetadata
 from .elementwise import Rope
 from .triton_launch import available
@@ -19,7 +20,7 @@ from .triton_decode import paged_decode
 __all__ = ['varlen_available', 'flash_attention_takes', 'causal_varlen', 'varlen_prefill', 'TritonAttention',
            'VarlenTritonAttention']
 
-# %% ../../nbs/kernels/07f_triton_attention.ipynb #c029
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #2cec6ca5
 @functools.cache  # asked on every MLA layer's prefill; the answer is the process's
 def varlen_available() -> bool:
     "Whether PyTorch's `varlen_attn` imports here (it runs on CUDA only)."
@@ -29,13 +30,13 @@ def varlen_available() -> bool:
         return False
     return torch.cuda.is_available()
 
-
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #8f4fc746
 def flash_attention_takes(dtype: torch.dtype, head_dim: int) -> bool:
     """FlashAttention's limits (flash-attn's and PyTorch's `varlen_attn` alike): fp16/bf16, head dim
     <= 256."""
     return dtype in (torch.float16, torch.bfloat16) and head_dim <= 256
 
-
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #1f5a9e4d
 def causal_varlen(
     q: Tensor, k: Tensor, v: Tensor, meta: AttentionMetadata, scale: float, **kw
 ) -> Tensor:
@@ -56,7 +57,16 @@ def causal_varlen(
         **kw,
     )
 
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #56555733
+# whether `varlen_attn` without an `enable_gqa` flag took fewer K/V heads (learnt on first use)
+_shares_kv_heads = None
 
+
+@functools.cache
+def _takes_gqa_flag(varlen_attn) -> bool:
+    return "enable_gqa" in inspect.signature(varlen_attn).parameters
+
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #2d1dbba0
 def varlen_prefill(
     q: Tensor,
     k: Tensor,
@@ -90,16 +100,7 @@ def varlen_prefill(
             _shares_kv_heads = False
     return attend(*(x.repeat_interleave(q.shape[1] // k.shape[1], 1) for x in (k, v)))
 
-
-# whether `varlen_attn` without an `enable_gqa` flag took fewer K/V heads (learnt on first use)
-_shares_kv_heads = None
-
-
-@functools.cache
-def _takes_gqa_flag(varlen_attn) -> bool:
-    return "enable_gqa" in inspect.signature(varlen_attn).parameters
-
-# %% ../../nbs/kernels/07f_triton_attention.ipynb #c031
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #bb7291a2
 class TritonAttention:
     """Triton attention over the paged KV pool, with the interface of `TorchAttention`: the default
     GPU backend."""
@@ -109,11 +110,6 @@ class TritonAttention:
     def __init__(self, use_pdl: bool = True):
         "`use_pdl`: launch with programmatic dependent launch where the GPU has it (Hopper)."
         self.use_pdl = use_pdl
-
-    def store_kv(
-        self, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor
-    ) -> None:
-        store_kv(k, v, k_cache, v_cache, slot_mapping, use_pdl=self.use_pdl)
 
     @staticmethod
     def prefill(
@@ -129,25 +125,39 @@ class TritonAttention:
         have it all."""
         return paged_prefill(q, k_cache, v_cache, meta, scale)
 
-    def decode(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        rope: Rope | None = None,
-    ) -> Tensor:
-        """Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its
-        whole context: one launch."""
-        return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope, use_pdl=self.use_pdl)
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #dc214ff5
+@patch
+def store_kv(  # noqa: F811 (@patch keeps the kernel's name)
+    self: TritonAttention,
+    k: Tensor,
+    v: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    slot_mapping: Tensor,
+) -> None:
+    store_kv(k, v, k_cache, v_cache, slot_mapping, use_pdl=self.use_pdl)
 
-
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #1a06607c
 class VarlenTritonAttention(TritonAttention):
     """`TritonAttention` with PyTorch's `varlen_attn` for prefills without a cached prefix (the GPU
     default where it runs)."""
 
     name = "varlen"
     prefill = staticmethod(varlen_prefill)
+
+# %% ../../nbs/kernels/07f_triton_attention.ipynb #9162941c
+@patch
+def decode(
+    self: TritonAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    rope: Rope | None = None,
+) -> Tensor:
+    """Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its
+    whole context: one launch."""
+    return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope, use_pdl=self.use_pdl)
