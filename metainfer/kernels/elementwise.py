@@ -8,18 +8,19 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['rms_norm_ref', 'add_rms_norm_ref', 'rope_inv_freq', 'rope_cos_sin_cache', 'rotary_ref', 'silu_and_mul_ref',
            'embedding_ref', 'linear_ref', 'TorchKernels', 'RMSNorm', 'Rope', 'RotaryEmbedding', 'NormedInput']
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #c005
+# %% ../../nbs/kernels/03_elementwise.ipynb #a5a50367
 def rms_norm_ref(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     "RMSNorm over the last dim, computed in float32."
     xf = x.float()
     return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
-
+# %% ../../nbs/kernels/03_elementwise.ipynb #cd741bef
 def add_rms_norm_ref(
     x: Tensor, residual: Tensor, weight: Tensor, eps: float
 ) -> tuple[Tensor, Tensor]:
@@ -27,18 +28,18 @@ def add_rms_norm_ref(
     residual = x + residual
     return rms_norm_ref(residual, weight, eps), residual
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #c008
+# %% ../../nbs/kernels/03_elementwise.ipynb #c3166df5
 def rope_inv_freq(rotary_dim: int, base: float) -> Tensor:
     "The rotary frequencies `base^(-2i/rotary_dim)`, in float32."
     return 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))
 
-
+# %% ../../nbs/kernels/03_elementwise.ipynb #10c595e8
 def rope_cos_sin_cache(inv_freq: Tensor, max_position: int) -> Tensor:
     "`[max_position, rotary_dim]`: cos of `p·θ` then sin of `p·θ` for every position `p`."
     freqs = torch.outer(torch.arange(max_position, dtype=torch.float), inv_freq)
     return torch.cat([freqs.cos(), freqs.sin()], dim=-1)
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #c009
+# %% ../../nbs/kernels/03_elementwise.ipynb #5ca36732
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, is_neox: bool) -> Tensor:
     rot = 2 * cos.shape[-1]
     xr = x[..., :rot].float()
@@ -47,7 +48,7 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, is_neox: bool) -> Tensor:
     out = torch.cat([o1, o2], dim=-1) if is_neox else torch.stack([o1, o2], dim=-1).flatten(-2)
     return torch.cat([out.to(x.dtype), x[..., rot:]], dim=-1)
 
-
+# %% ../../nbs/kernels/03_elementwise.ipynb #971969ad
 def rotary_ref(
     q: Tensor,
     k: Tensor,
@@ -99,7 +100,7 @@ def linear_ref(
         y = F.linear(x.to(out_dtype), weight.to(out_dtype))
     return y if bias is None else y + bias
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #c018
+# %% ../../nbs/kernels/03_elementwise.ipynb #52bb918d
 class TorchKernels:
     "Pure-torch reference kernels: the CPU path and the oracle for every fast backend."
 
@@ -110,36 +111,40 @@ class TorchKernels:
     silu_and_mul = staticmethod(silu_and_mul_ref)
     embedding = staticmethod(embedding_ref)
 
-    def linear(
-        self,
-        x: Tensor,
-        weight: Tensor,
-        bias: Tensor | None = None,
-        out_dtype: torch.dtype | None = None,
-        act: str | None = None,
-    ) -> Tensor:
-        "`linear_ref`, then this backend's op `act` if one is named."
-        y = linear_ref(x, weight, bias, out_dtype)
-        return y if act is None else getattr(self, act)(y)
+# %% ../../nbs/kernels/03_elementwise.ipynb #f199b88d
+@patch
+def linear(
+    self: TorchKernels,
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    act: str | None = None,
+) -> Tensor:
+    "`linear_ref`, then this backend's op `act` if one is named."
+    y = linear_ref(x, weight, bias, out_dtype)
+    return y if act is None else getattr(self, act)(y)
 
-    def norm_linear(
-        self,
-        x: Tensor,
-        residual: Tensor | None,
-        norm_weight: Tensor,
-        eps: float,
-        weight: Tensor,
-        bias: Tensor | None = None,
-        act: str | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        "`linear(RMSNorm(x + residual))` and the new residual (`residual=None`: no add, it is `x`)."
-        if residual is None:
-            normed, residual = self.rms_norm(x, norm_weight, eps), x
-        else:
-            normed, residual = self.add_rms_norm(x, residual, norm_weight, eps)
-        return self.linear(normed, weight, bias, act=act), residual
+# %% ../../nbs/kernels/03_elementwise.ipynb #41c5da54
+@patch
+def norm_linear(
+    self: TorchKernels,
+    x: Tensor,
+    residual: Tensor | None,
+    norm_weight: Tensor,
+    eps: float,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    act: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    "`linear(RMSNorm(x + residual))` and the new residual (`residual=None`: no add, it is `x`)."
+    if residual is None:
+        normed, residual = self.rms_norm(x, norm_weight, eps), x
+    else:
+        normed, residual = self.add_rms_norm(x, residual, norm_weight, eps)
+    return self.linear(normed, weight, bias, act=act), residual
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #c022
+# %% ../../nbs/kernels/03_elementwise.ipynb #486e16c9
 class RMSNorm(nn.Module):
     "RMSNorm with an optional fused residual add."
 
@@ -153,7 +158,7 @@ class RMSNorm(nn.Module):
             return self.kernels.rms_norm(x, self.weight, self.eps)
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #c023
+# %% ../../nbs/kernels/03_elementwise.ipynb #f3d4bf56
 @dataclass
 class Rope:
     """A step's rotation of `q` `[T, H, D]` and `k` `[T, Hk, D]`: RMSNorm of each head first if
@@ -179,7 +184,7 @@ class Rope:
             self.eps,
         )
 
-
+# %% ../../nbs/kernels/03_elementwise.ipynb #28e13ddd
 class RotaryEmbedding(nn.Module):
     "Rotates q and k by position, from one float32 cos/sin cache."
 
@@ -198,28 +203,35 @@ class RotaryEmbedding(nn.Module):
         cache = rope_cos_sin_cache(inv_freq, max_position)
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
-    def at(
-        self, positions: Tensor, q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None
-    ) -> Rope:
-        """The rotation of the tokens at `positions`; with `q_norm`/`k_norm` each head is normalized
-        first."""
-        rope = Rope(positions, self.cos_sin_cache, self.is_neox, kernels=self.kernels)
-        if q_norm is None:
-            return rope
-        return replace(rope, q_weight=q_norm.weight, k_weight=k_norm.weight, eps=q_norm.eps)
+# %% ../../nbs/kernels/03_elementwise.ipynb #3197f190
+@patch
+def at(
+    self: RotaryEmbedding,
+    positions: Tensor,
+    q_norm: RMSNorm | None = None,
+    k_norm: RMSNorm | None = None,
+) -> Rope:
+    """The rotation of the tokens at `positions`; with `q_norm`/`k_norm` each head is normalized
+    first."""
+    rope = Rope(positions, self.cos_sin_cache, self.is_neox, kernels=self.kernels)
+    if q_norm is None:
+        return rope
+    return replace(rope, q_weight=q_norm.weight, k_weight=k_norm.weight, eps=q_norm.eps)
 
-    def forward(
-        self,
-        positions: Tensor,
-        q: Tensor,
-        k: Tensor,
-        q_norm: RMSNorm | None = None,
-        k_norm: RMSNorm | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        "Rotated `q` and `k`, in one kernel with the q/k norms if given."
-        return self.at(positions, q_norm, k_norm)(q, k)
+# %% ../../nbs/kernels/03_elementwise.ipynb #bfc219a0
+@patch
+def forward(
+    self: RotaryEmbedding,
+    positions: Tensor,
+    q: Tensor,
+    k: Tensor,
+    q_norm: RMSNorm | None = None,
+    k_norm: RMSNorm | None = None,
+) -> tuple[Tensor, Tensor]:
+    "Rotated `q` and `k`, in one kernel with the q/k norms if given."
+    return self.at(positions, q_norm, k_norm)(q, k)
 
-# %% ../../nbs/kernels/03_elementwise.ipynb #cf2bb5f0
+# %% ../../nbs/kernels/03_elementwise.ipynb #0826e4e0
 class NormedInput:
     """`RMSNorm(x + residual)` (`residual=None`: of `x` alone), computed by its reader: a linear may
     fold it in."""
@@ -235,45 +247,52 @@ class NormedInput:
         normed._value, normed._residual = value, residual
         return normed
 
-    def value(self) -> Tensor:
-        """The normalized input (computed on the first call; from the sum once a linear has folded
-        it in)."""
-        if self._value is not None:
-            return self._value
-        if self.residual_in is None:
-            self._value = self.norm(self.x)
-        elif self._residual is not None:  # the same bits as add + norm
-            self._value = self.norm(self._residual)
-        else:  # (a backend may do it in place)
-            self._value, self._residual = self.norm(self.x, self.residual_in)
+# %% ../../nbs/kernels/03_elementwise.ipynb #edcd29bb
+@patch
+def value(self: NormedInput) -> Tensor:
+    """The normalized input (computed on the first call; from the sum once a linear has folded
+    it in)."""
+    if self._value is not None:
         return self._value
+    if self.residual_in is None:
+        self._value = self.norm(self.x)
+    elif self._residual is not None:  # the same bits as add + norm
+        self._value = self.norm(self._residual)
+    else:  # (a backend may do it in place)
+        self._value, self._residual = self.norm(self.x, self.residual_in)
+    return self._value
 
-    @property
-    def residual(self) -> Tensor:
-        "`x + residual`, the next norm's residual."
-        if self._residual is None:
-            self.value()
-        return self._residual
+# %% ../../nbs/kernels/03_elementwise.ipynb #5ac25119
+@patch(as_prop=True)
+def residual(self: NormedInput) -> Tensor:
+    "`x + residual`, the next norm's residual."
+    if self._residual is None:
+        self.value()
+    return self._residual
 
-    def linear(
-        self,
-        kernels: TorchKernels,
-        weight: Tensor,
-        bias: Tensor | None = None,
-        act: str | None = None,
-    ) -> Tensor:
-        """`kernels.linear(self.value(), ...)`, or `kernels.norm_linear` (the norm folded in) on a
-        first read."""
-        if self._value is not None or (self.residual_in is not None and self._residual is not None):
-            # read before: `x` and `residual_in` may be used up
-            return kernels.linear(self.value(), weight, bias, act=act)
-        norm = self.norm
-        y, self._residual = kernels.norm_linear(
-            self.x, self.residual_in, norm.weight, norm.eps, weight, bias, act
-        )
-        return y
+# %% ../../nbs/kernels/03_elementwise.ipynb #fdb782d3
+@patch
+def linear(
+    self: NormedInput,
+    kernels: TorchKernels,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    act: str | None = None,
+) -> Tensor:
+    """`kernels.linear(self.value(), ...)`, or `kernels.norm_linear` (the norm folded in) on a
+    first read."""
+    if self._value is not None or (self.residual_in is not None and self._residual is not None):
+        # read before: `x` and `residual_in` may be used up
+        return kernels.linear(self.value(), weight, bias, act=act)
+    norm = self.norm
+    y, self._residual = kernels.norm_linear(
+        self.x, self.residual_in, norm.weight, norm.eps, weight, bias, act
+    )
+    return y
 
-    def input_for(self, module: nn.Module) -> NormedInput | Tensor:
-        """This, for a module whose only use of its input is one linear layer (`folds_norm`); else
-        `value()`."""
-        return self if getattr(module, "folds_norm", False) else self.value()
+# %% ../../nbs/kernels/03_elementwise.ipynb #6356cee2
+@patch
+def input_for(self: NormedInput, module: nn.Module) -> NormedInput | Tensor:
+    """This, for a module whose only use of its input is one linear layer (`folds_norm`); else
+    `value()`."""
+    return self if getattr(module, "folds_norm", False) else self.value()

@@ -127,7 +127,7 @@ class TritonAttention:
 
 # %% ../../nbs/kernels/07f_triton_attention.ipynb #dc214ff5
 @patch
-def store_kv(  # noqa: F811 (@patch keeps the kernel's name)
+def store_kv(
     self: TritonAttention,
     k: Tensor,
     v: Tensor,
