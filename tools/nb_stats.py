@@ -105,7 +105,7 @@ def module_constants(mod: str) -> set[str]:
 
 
 def displayed_names(code: str) -> set[str]:
-    "The bare names a cell's last statement displays (`DTYPES` or `TINY, TRAINED`)."
+    "The names a cell's last statement displays (`DTYPES`, `TINY, TRAINED`, `list(KERNELS)`)."
     try:
         body = ast.parse(code).body
     except SyntaxError:
@@ -114,6 +114,12 @@ def displayed_names(code: str) -> set[str]:
         return set()
     v = body[-1].value
     elts = v.elts if isinstance(v, ast.Tuple) else [v]
+    # `list(TABLE)`, `sorted(TABLE)` or `TABLE.keys()` show a table of functions without addresses
+    elts = [e.args[0] if isinstance(e, ast.Call) and len(e.args) == 1 else e for e in elts]
+    elts = [
+        e.func.value if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) else e
+        for e in elts
+    ]
     return {e.id for e in elts if isinstance(e, ast.Name)}
 
 

@@ -30,12 +30,12 @@ class Backend:
     mla: TorchMLA = TorchMLA()  # latent attention (DeepSeek)
     moe: TorchMoE = TorchMoE()  # router and routed experts
 
-# %% ../../nbs/kernels/09h_registry.ipynb #b45fffe9
+# %% ../../nbs/kernels/09h_registry.ipynb #ea397fee
 def torch_backend(gpu: bool, use_pdl: bool) -> Backend:
     "The pure-torch references."
     return Backend("torch")
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #f7b0da2e
 def triton_backend(gpu: bool, use_pdl: bool, ops: TorchKernels | None = None) -> Backend:
     "Our Triton kernels (`ops`: other element-wise kernels beside them)."
     from metainfer.kernels.triton_kernels import TritonKernels
@@ -48,42 +48,42 @@ def triton_backend(gpu: bool, use_pdl: bool, ops: TorchKernels | None = None) ->
     ops = ops or TritonKernels(use_pdl)
     return Backend("triton", ops, attention, TritonMLA(use_pdl), TritonMoE(use_pdl))
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #8ce7fbd3
 def vllm_backend(gpu: bool, use_pdl: bool) -> Backend:
     "vLLM's CUDA kernels for the element-wise ops, Triton's for the rest."
     from metainfer.kernels.external import VllmKernels
 
     return replace(triton_backend(gpu, use_pdl, VllmKernels(use_pdl)), name="vllm")
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #8ffe04ee
 KERNELS: dict[str, Callable[[bool, bool], Backend]] = {
     "torch": torch_backend,
     "triton": triton_backend,
     "vllm": vllm_backend,
 }
 
-# %% ../../nbs/kernels/09h_registry.ipynb #30733453
+# %% ../../nbs/kernels/09h_registry.ipynb #ac10c9cb
 def varlen_attention(own: Any, use_pdl: bool) -> Any:
     "PyTorch's FlashAttention for fresh prefills, Triton's paged kernels for the rest."
     from metainfer.kernels.triton_attention import VarlenTritonAttention
 
     return VarlenTritonAttention(use_pdl)
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #0118f3ce
 def flash_attn_attention(own: Any, use_pdl: bool) -> Any:
     "FlashAttention-2 where it can serve, `own` where it can't."
     from metainfer.kernels.external import FlashAttnAttention
 
     return FlashAttnAttention(fallback=own)
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #b1e45ff6
 def triton_attention(own: Any, use_pdl: bool) -> Any:
     "Our Triton paged attention."
     from metainfer.kernels.triton_attention import TritonAttention
 
     return TritonAttention(use_pdl)
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #942cd6a9
 ATTENTION: dict[str, Callable[[Any, bool], Any]] = {
     "torch": lambda own, use_pdl: TorchAttention(),
     "triton": triton_attention,
@@ -91,13 +91,13 @@ ATTENTION: dict[str, Callable[[Any, bool], Any]] = {
     "flash_attn": flash_attn_attention,
 }
 
-# %% ../../nbs/kernels/09h_registry.ipynb #3bf18c0e
+# %% ../../nbs/kernels/09h_registry.ipynb #ba50194f
 def auto_kernels(gpu: bool) -> str:
     "vLLM's kernels if they load on a GPU, else Triton on a GPU, torch on a CPU."
     vllm_loads = gpu and importable("vllm._custom_ops") and hasattr(torch.ops._C, "silu_and_mul")
     return "vllm" if vllm_loads else "triton" if gpu else "torch"
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #d7505b74
 def auto_attention(own: Any, gpu: bool) -> str:
     "On a GPU: flash-attn if it imports, else varlen if PyTorch has it, else `own`."
     if not gpu or own.name == "torch":
@@ -108,7 +108,7 @@ def auto_attention(own: Any, gpu: bool) -> str:
         "flash_attn" if importable("flash_attn") else "varlen" if varlen_available() else own.name
     )
 
-
+# %% ../../nbs/kernels/09h_registry.ipynb #46e1d987
 def select_backend(
     device: torch.device, kernels: str = "auto", attention: str = "auto", pdl: bool = True
 ) -> Backend:
