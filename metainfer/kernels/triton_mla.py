@@ -16,11 +16,12 @@ from metainfer.kernels.triton_attention import (
 )
 from .triton_mla_decode import mla_decode_latent
 import torch.nn.functional as F
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['store_latent', 'mla_prefill_varlen', 'TritonMLA']
 
-# %% ../../nbs/kernels/09g_triton_mla.ipynb #c008b
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #a200a38e
 @jit
 def _store_latent_kernel(
     c_ptr,
@@ -58,7 +59,7 @@ def _store_latent_kernel(
     tl.store(dst + r, c.to(cache_ptr.dtype.element_ty), mask=r < R)
     tl.store(dst + R + dr, tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR), mask=dr < DR)
 
-
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #149ffb55
 def store_latent(
     c: Tensor,
     k_pe: Tensor,
@@ -93,41 +94,7 @@ def store_latent(
         num_warps=4,
     )
 
-# %% ../../nbs/kernels/09g_triton_mla.ipynb #c009
-def mla_prefill_varlen(
-    q_nope: Tensor,
-    q_pe: Tensor,
-    latent_cache: Tensor,
-    w_uk: Tensor,
-    w_uv: Tensor,
-    meta: AttentionMetadata,
-    scale: float,
-    max_kv_bytes: int = 2**29,
-) -> Tensor:
-    """As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then
-    `varlen_attn`: `[T, H, dv]`."""
-    (_, H, dn), dr, r, dv = q_nope.shape, q_pe.shape[-1], w_uk.shape[-1], w_uv.shape[1]
-    assert dv <= dn + dr, "V is padded to the query/key head dim"
-    max_tokens = max_kv_bytes // (
-        H * (dn + dr) * 2 * q_nope.element_size()
-    )  # K and padded V per context token
-    if (
-        meta.context_slots.shape[0] > max_tokens and meta.context_lens.shape[0] > 1
-    ):  # long cached prefixes:
-        prefill = lambda *a: mla_prefill_varlen(*a, max_kv_bytes)  # whole sequences at a time
-        return _in_groups(prefill, q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale, max_tokens)
-    c, k_pe = latent_cache.view(-1, r + dr)[meta.context_slots].split(
-        [r, dr], -1
-    )  # [Tk, r], [Tk, dr]
-    k = torch.cat(
-        [torch.einsum("nr,hdr->nhd", c, w_uk), k_pe[:, None].expand(-1, H, -1)], -1
-    )  # [Tk, H, dn+dr]
-    v = F.pad(
-        torch.einsum("nr,hvr->nhv", c, w_uv), (0, dn + dr - dv)
-    )  # FlashAttention takes one head dim: pad V's
-    return causal_varlen(torch.cat([q_nope, q_pe], -1), k, v, meta, scale)[..., :dv]
-
-
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #4ccdbeff
 def _in_groups(
     prefill,
     q_nope: Tensor,
@@ -166,7 +133,41 @@ def _in_groups(
         i = j
     return out
 
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #5d170207
+def mla_prefill_varlen(
+    q_nope: Tensor,
+    q_pe: Tensor,
+    latent_cache: Tensor,
+    w_uk: Tensor,
+    w_uv: Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    max_kv_bytes: int = 2**29,
+) -> Tensor:
+    """As `TorchMLA.prefill`, the whole step at once: K and V of every context token, then
+    `varlen_attn`: `[T, H, dv]`."""
+    (_, H, dn), dr, r, dv = q_nope.shape, q_pe.shape[-1], w_uk.shape[-1], w_uv.shape[1]
+    assert dv <= dn + dr, "V is padded to the query/key head dim"
+    max_tokens = max_kv_bytes // (
+        H * (dn + dr) * 2 * q_nope.element_size()
+    )  # K and padded V per context token
+    if (
+        meta.context_slots.shape[0] > max_tokens and meta.context_lens.shape[0] > 1
+    ):  # long cached prefixes:
+        prefill = lambda *a: mla_prefill_varlen(*a, max_kv_bytes)  # whole sequences at a time
+        return _in_groups(prefill, q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale, max_tokens)
+    c, k_pe = latent_cache.view(-1, r + dr)[meta.context_slots].split(
+        [r, dr], -1
+    )  # [Tk, r], [Tk, dr]
+    k = torch.cat(
+        [torch.einsum("nr,hdr->nhd", c, w_uk), k_pe[:, None].expand(-1, H, -1)], -1
+    )  # [Tk, H, dn+dr]
+    v = F.pad(
+        torch.einsum("nr,hvr->nhv", c, w_uv), (0, dn + dr - dv)
+    )  # FlashAttention takes one head dim: pad V's
+    return causal_varlen(torch.cat([q_nope, q_pe], -1), k, v, meta, scale)[..., :dv]
 
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #9cd89fa5
 class TritonMLA:
     """MLA with a Triton absorbed decode, with the interface of `TorchMLA`: the GPU backend of the
     MLA table."""
@@ -176,16 +177,6 @@ class TritonMLA:
     def __init__(self, use_pdl: bool = True):
         "`use_pdl`: launch with programmatic dependent launch where the GPU has it (Hopper)."
         self.use_pdl = use_pdl
-
-    def store_latent(
-        self,
-        c: Tensor,
-        k_pe: Tensor,
-        latent_cache: Tensor,
-        slot_mapping: Tensor,
-        c_norm: tuple[Tensor, float] | None = None,
-    ) -> None:
-        store_latent(c, k_pe, latent_cache, slot_mapping, c_norm, use_pdl=self.use_pdl)
 
     @staticmethod
     def prefill(
@@ -207,18 +198,32 @@ class TritonMLA:
             return mla_prefill_varlen(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
         return TorchMLA.prefill(q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale)
 
-    def decode(
-        self,
-        q_nope: Tensor,
-        q_pe: Tensor,
-        latent_cache: Tensor,
-        w_uk: Tensor,
-        w_uv: Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> Tensor:
-        """As `TorchMLA.decode`: `W_UK` into the query, Triton attention over the latents, `W_UV`
-        after: `[B, H, dv]`."""
-        q = torch.einsum("bhd,hdr->bhr", q_nope, w_uk)  # [B, H, r]
-        o = mla_decode_latent(q, q_pe, latent_cache, meta, scale, use_pdl=self.use_pdl)
-        return torch.einsum("bhr,hvr->bhv", o, w_uv)
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #712699d7
+@patch
+def store_latent(
+    self: TritonMLA,
+    c: Tensor,
+    k_pe: Tensor,
+    latent_cache: Tensor,
+    slot_mapping: Tensor,
+    c_norm: tuple[Tensor, float] | None = None,
+) -> None:
+    store_latent(c, k_pe, latent_cache, slot_mapping, c_norm, use_pdl=self.use_pdl)
+
+# %% ../../nbs/kernels/09g_triton_mla.ipynb #1014ec6b
+@patch
+def decode(
+    self: TritonMLA,
+    q_nope: Tensor,
+    q_pe: Tensor,
+    latent_cache: Tensor,
+    w_uk: Tensor,
+    w_uv: Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> Tensor:
+    """As `TorchMLA.decode`: `W_UK` into the query, Triton attention over the latents, `W_UV`
+    after: `[B, H, dv]`."""
+    q = torch.einsum("bhd,hdr->bhr", q_nope, w_uk)  # [B, H, r]
+    o = mla_decode_latent(q, q_pe, latent_cache, meta, scale, use_pdl=self.use_pdl)
+    return torch.einsum("bhr,hvr->bhv", o, w_uv)
