@@ -12,6 +12,7 @@ from .elementwise import Rope, TorchKernels, embedding_ref, silu_and_mul_ref
 from .triton_embedding import embedding as triton_embedding
 from .triton_silu import silu_and_mul as triton_silu_and_mul
 from .triton_attention import flash_attention_takes
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['importable', 'FlashAttnAttention', 'VllmKernels']
@@ -26,7 +27,7 @@ def importable(module: str) -> bool:
         return False
     return True
 
-# %% ../../nbs/kernels/07g_external.ipynb #c006
+# %% ../../nbs/kernels/07g_external.ipynb #236fdd13
 class FlashAttnAttention:
     """FlashAttention-2 (the `flash_attn` package) with the interface of `TorchAttention`;
     `fallback` serves what it can't."""
@@ -50,62 +51,66 @@ class FlashAttnAttention:
             cache is None or cache.shape[1] % 256 == 0
         )
 
-    def prefill(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-    ) -> Tensor:
-        paged = (
-            meta.has_prefix
-        )  # without a cached prefix the step's own k/v are the whole context: no cache read
-        if not self.supports(q, k_cache if paged else None):
-            return self.fallback.prefill(q, k, v, k_cache, v_cache, meta, scale)
-        kv = (k_cache, v_cache) if paged else (k, v)
-        return self.varlen(
-            q,
-            *kv,
-            meta.cu_seqlens_q,
-            meta.cu_seqlens_k,
-            meta.max_seqlen_q,
-            meta.max_seqlen_k,
-            softmax_scale=scale,
-            causal=True,
-            **({"block_table": meta.block_tables} if paged else {}),
-        )
+# %% ../../nbs/kernels/07g_external.ipynb #708a1513
+@patch
+def prefill(
+    self: FlashAttnAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> Tensor:
+    paged = (
+        meta.has_prefix
+    )  # without a cached prefix the step's own k/v are the whole context: no cache read
+    if not self.supports(q, k_cache if paged else None):
+        return self.fallback.prefill(q, k, v, k_cache, v_cache, meta, scale)
+    kv = (k_cache, v_cache) if paged else (k, v)
+    return self.varlen(
+        q,
+        *kv,
+        meta.cu_seqlens_q,
+        meta.cu_seqlens_k,
+        meta.max_seqlen_q,
+        meta.max_seqlen_k,
+        softmax_scale=scale,
+        causal=True,
+        **({"block_table": meta.block_tables} if paged else {}),
+    )
 
-    def decode(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        meta: AttentionMetadata,
-        scale: float,
-        rope: Rope | None = None,
-    ) -> Tensor:
-        if not self.supports(q, k_cache):
-            return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale, rope)
-        if rope is not None:
-            q, k = rope(q, k)
-        self.store_kv(
-            k, v, k_cache, v_cache, meta.slot_mapping
-        )  # (`context_lens` already counts the new token)
-        return self.with_kvcache(
-            q.unsqueeze(1),
-            k_cache,
-            v_cache,
-            cache_seqlens=meta.context_lens,
-            block_table=meta.block_tables,
-            softmax_scale=scale,
-        ).squeeze(1)
+# %% ../../nbs/kernels/07g_external.ipynb #63496bc8
+@patch
+def decode(
+    self: FlashAttnAttention,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    rope: Rope | None = None,
+) -> Tensor:
+    if not self.supports(q, k_cache):
+        return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale, rope)
+    if rope is not None:
+        q, k = rope(q, k)
+    self.store_kv(
+        k, v, k_cache, v_cache, meta.slot_mapping
+    )  # (`context_lens` already counts the new token)
+    return self.with_kvcache(
+        q.unsqueeze(1),
+        k_cache,
+        v_cache,
+        cache_seqlens=meta.context_lens,
+        block_table=meta.block_tables,
+        softmax_scale=scale,
+    ).squeeze(1)
 
-# %% ../../nbs/kernels/07g_external.ipynb #c008
+# %% ../../nbs/kernels/07g_external.ipynb #c27c3c89
 class VllmKernels(TorchKernels):
     """vLLM's CUDA kernels with the interface of `TorchKernels`; they overwrite inputs the layers
     never read again."""
@@ -119,58 +124,66 @@ class VllmKernels(TorchKernels):
         self.vllm, self.use_pdl = _custom_ops, use_pdl
         self.cos_sin = {}  # (cache, dtype) -> the cache in that dtype
 
-    def rms_norm(self, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        x2 = x.reshape(-1, x.shape[-1]).contiguous()
-        out = torch.empty_like(x2)
-        self.vllm.rms_norm(out, x2, weight.to(x.dtype), eps)
-        return out.view(x.shape)
+# %% ../../nbs/kernels/07g_external.ipynb #4c28c367
+@patch
+def rms_norm(self: VllmKernels, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    out = torch.empty_like(x2)
+    self.vllm.rms_norm(out, x2, weight.to(x.dtype), eps)
+    return out.view(x.shape)
 
-    def add_rms_norm(
-        self, x: Tensor, residual: Tensor, weight: Tensor, eps: float
-    ) -> tuple[Tensor, Tensor]:
-        x2, r2 = (t.reshape(-1, t.shape[-1]).contiguous() for t in (x, residual))
-        self.vllm.fused_add_rms_norm(
-            x2, r2, weight.to(x.dtype), eps
-        )  # r2 = x + residual, x2 = its norm
-        return x2.view(x.shape), r2.view(x.shape)
+# %% ../../nbs/kernels/07g_external.ipynb #844872c6
+@patch
+def add_rms_norm(
+    self: VllmKernels, x: Tensor, residual: Tensor, weight: Tensor, eps: float
+) -> tuple[Tensor, Tensor]:
+    x2, r2 = (t.reshape(-1, t.shape[-1]).contiguous() for t in (x, residual))
+    self.vllm.fused_add_rms_norm(
+        x2, r2, weight.to(x.dtype), eps
+    )  # r2 = x + residual, x2 = its norm
+    return x2.view(x.shape), r2.view(x.shape)
 
-    def rotary(
-        self,
-        q: Tensor,
-        k: Tensor,
-        positions: Tensor,
-        cos_sin_cache: Tensor,
-        is_neox: bool,
-        q_weight: Tensor | None = None,
-        k_weight: Tensor | None = None,
-        eps: float = 1e-6,
-    ) -> tuple[Tensor, Tensor]:
-        if q_weight is not None:
-            q, k = self.rms_norm(q, q_weight, eps), self.rms_norm(k, k_weight, eps)
-        else:
-            q, k = q.contiguous(), k.contiguous()
-        key = (cos_sin_cache.data_ptr(), tuple(cos_sin_cache.shape), q.dtype)
-        if key not in self.cos_sin:
-            self.cos_sin[key] = cos_sin_cache.to(q.dtype)
-        T = q.shape[
-            0
-        ]  # `[T, H·D]`: the layout every vLLM version takes (newer ones also take `[T, H, D]`)
-        self.vllm.rotary_embedding(
-            positions.long(), q.view(T, -1), k.view(T, -1), q.shape[-1], self.cos_sin[key], is_neox
-        )
-        return q, k
+# %% ../../nbs/kernels/07g_external.ipynb #e8914d91
+@patch
+def rotary(
+    self: VllmKernels,
+    q: Tensor,
+    k: Tensor,
+    positions: Tensor,
+    cos_sin_cache: Tensor,
+    is_neox: bool,
+    q_weight: Tensor | None = None,
+    k_weight: Tensor | None = None,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    if q_weight is not None:
+        q, k = self.rms_norm(q, q_weight, eps), self.rms_norm(k, k_weight, eps)
+    else:
+        q, k = q.contiguous(), k.contiguous()
+    key = (cos_sin_cache.data_ptr(), tuple(cos_sin_cache.shape), q.dtype)
+    if key not in self.cos_sin:
+        self.cos_sin[key] = cos_sin_cache.to(q.dtype)
+    T = q.shape[
+        0
+    ]  # `[T, H·D]`: the layout every vLLM version takes (newer ones also take `[T, H, D]`)
+    self.vllm.rotary_embedding(
+        positions.long(), q.view(T, -1), k.view(T, -1), q.shape[-1], self.cos_sin[key], is_neox
+    )
+    return q, k
 
-    def silu_and_mul(self, x: Tensor) -> Tensor:
-        """Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it
-        would copy `x`."""
-        return triton_silu_and_mul(x, self.use_pdl) if x.is_cuda else silu_and_mul_ref(x)
+# %% ../../nbs/kernels/07g_external.ipynb #9b343b17
+@patch
+def silu_and_mul(self: VllmKernels, x: Tensor) -> Tensor:
+    """Ours, not vLLM's: its op reads `[gate | up]`, and regrouping our (gate, up) pairs for it
+    would copy `x`."""
+    return triton_silu_and_mul(x, self.use_pdl) if x.is_cuda else silu_and_mul_ref(x)
 
-    # `linear` is cuBLAS, as vLLM's own linear layers use; `norm_linear` its add + norm, then cuBLAS
-
-    def embedding(self, ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
-        "Ours: vLLM's layers do this lookup in torch ops."
-        return (
-            triton_embedding(ids, weight, start, self.use_pdl)
-            if ids.is_cuda
-            else embedding_ref(ids, weight, start)
-        )
+# %% ../../nbs/kernels/07g_external.ipynb #adca8931
+@patch
+def embedding(self: VllmKernels, ids: Tensor, weight: Tensor, start: int = 0) -> Tensor:
+    "Ours: vLLM's layers do this lookup in torch ops."
+    return (
+        triton_embedding(ids, weight, start, self.use_pdl)
+        if ids.is_cuda
+        else embedding_ref(ids, weight, start)
+    )
