@@ -36,14 +36,25 @@ def code_lines(code: str) -> int:
 
 
 def defined_names(code: str) -> tuple[set[str], bool]:
-    "Top-level names a cell defines (functions, classes, assignments, @patch methods); import-only?"
+    """Top-level names a cell defines (functions, classes, assignments, @patch methods, also under a
+    top-level `if`/`try`, e.g. `if triton is not None:`); import-only?"""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return set(), False
-    names, only_imports = set(), bool(tree.body)
-    for node in tree.body:
+    names: set[str] = set()
+    return names, _collect(tree.body, names)
+
+
+def _collect(body: list[ast.stmt], names: set[str]) -> bool:
+    "Add what `body` defines to `names`; whether it only imports."
+    only_imports = bool(body)
+    for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, (ast.If, ast.Try)):
+            blocks = [node.body, node.orelse] + [h.body for h in getattr(node, "handlers", [])]
+            only_imports &= all([_collect(b, names) or not b for b in blocks])
             continue
         only_imports = False
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -58,12 +69,8 @@ def defined_names(code: str) -> tuple[set[str], bool]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
-                for n in ast.walk(t):
-                    if isinstance(n, ast.Name):
-                        names.add(n.id)
-        else:
-            only_imports = False
-    return names, only_imports
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return only_imports
 
 
 def only_show_doc(text: str) -> bool:

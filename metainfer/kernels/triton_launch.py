@@ -18,18 +18,18 @@ except ImportError:  # the module still imports without triton; `available()` th
 # %% auto #0
 __all__ = ['interpreting', 'available', 'jit', 'relative_error', 'pdl', 'cdiv', 'next_pow2', 'pdl_sync']
 
-# %% ../../nbs/kernels/03a_triton_launch.ipynb #c005
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #474fe8d7
 def interpreting() -> bool:
     "Whether Triton kernels run on the CPU interpreter (`TRITON_INTERPRET=1`)."
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #57102813
 def available() -> bool:
     """Whether these kernels can run here: triton imports, and there is a CUDA device or the
     interpreter is on."""
     return triton is not None and (torch.cuda.is_available() or interpreting())
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #03524863
 if triton is not None:
     from triton.compiler.compiler import CompiledKernel
     from triton.runtime.jit import JITFunction
@@ -50,6 +50,9 @@ if triton is not None:
         if not all(hasattr(r, a) for a in ("launch", "launch_cooperative_grid", "launch_pdl")):
             return None
         return r.launch, r.launch_cooperative_grid, r.launch_pdl
+
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #09b0c386
+if triton is not None:
 
     class LeanJITFunction(JITFunction):
         """A `triton.jit` function whose launches skip most of Triton's Python launch path once a
@@ -144,7 +147,7 @@ if triton is not None:
                 )
             return kernel
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #57668c8b
 def jit(fn):
     "`triton.jit`, launched through `LeanJITFunction` when compiled; the interpreter runs Triton's."
     if triton is None:
@@ -153,14 +156,14 @@ def jit(fn):
         return triton.jit(fn)
     return LeanJITFunction(fn)
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #77718711
 def relative_error(out: Tensor, ref: Tensor) -> float:
     """`‖out − ref‖ / ‖ref‖` in float64: the one error measure of the GPU checks (NaN never passes a
     `<` test)."""
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm()).item()
 
-# %% ../../nbs/kernels/03a_triton_launch.ipynb #d74d81ec
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #3f8ee9f7
 @functools.cache
 def pdl() -> bool:
     """Whether kernels can launch with programmatic dependent launch: Hopper or newer, compiled
@@ -172,19 +175,19 @@ def pdl() -> bool:
         and torch.cuda.get_device_capability()[0] >= 9
     )
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #53ef6cb0
 def cdiv(a: int, b: int) -> int:
     """`⌈a / b⌉` on the host. `triton.cdiv` is a constexpr function, about 2 µs a call outside a
     kernel."""
     return -(-a // b)
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #8735d6d0
 def next_pow2(n: int) -> int:
     """The least power of two ≥ `n` (0 for 0), as `triton.next_power_of_2` on the host, without its
     2 µs a call."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
-
+# %% ../../nbs/kernels/03a_triton_launch.ipynb #43ce9824
 @jit
 def pdl_sync(PDL: tl.constexpr):
     """With PDL: let the next kernel launch, then wait until the previous kernel's writes are
