@@ -19,7 +19,7 @@ from ..layers.fp8 import FP8, quantize_fp8
 __all__ = ['ACTIVATIONS', 'quantize_activations', 'fp8_gemm_tiles', 'scaled_mm_takes', 'scaled_mm', 'prepare_fp8_gemms',
            'fp8_gemm', 'linear', 'norm_linear']
 
-# %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8004k
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #942b48eb
 @jit
 def _quantize_rows_kernel(
     x_ptr,
@@ -42,7 +42,7 @@ def _quantize_rows_kernel(
     tl.store(q_ptr + m * stride_qm + k, (x / s).to(q_ptr.dtype.element_ty), mask=mask)
     tl.store(s_ptr + m * stride_sm + g * stride_sg, s)
 
-
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #8fdfd987
 def quantize_activations(x: Tensor, group: int, outer_major: bool = False) -> tuple[Tensor, Tensor]:
     """Rows `x` `[M, K]` in FP8 with a float32 scale per row and `group` columns (`[M, ceil(K /
     group)]`; `outer_major`: stored column by column, as cuBLAS reads them): each group's largest
@@ -140,7 +140,7 @@ def fp8_gemm_tiles(M: int, K: int, group: int) -> dict:
         num_stages=3,
     )
 
-# %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8006s
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #e633a413
 @functools.cache
 def _is_hopper(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] == 9
@@ -160,7 +160,7 @@ def scaled_mm_takes(weight, dtype: torch.dtype, device: torch.device) -> bool:
         and _is_hopper(device)
     )
 
-
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #449c8053
 def scaled_mm(a: Tensor, weight, dtype: torch.dtype) -> Tensor:
     """`a Wᵀ` `[M, N]` by cuBLAS's FP8 GEMM: `a` quantized per token and 128 columns (1 × 128
     blocks; rows padded to a multiple of 4) for a block-wise `weight`, per token for a per-channel
@@ -174,7 +174,7 @@ def scaled_mm(a: Tensor, weight, dtype: torch.dtype) -> Tensor:
     out = torch._scaled_mm(q, weight.data.T, s, weight.scale_columns, out_dtype=dtype)
     return out[:M] if pad else out
 
-
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #a8986f83
 def prepare_fp8_gemms(model: nn.Module, device: torch.device) -> int:
     """After loading: each block-wise FP8 layer's `scale_columns`, where `scaled_mm` will read them
     (so no CUDA graph captures their making). Returns how many."""
