@@ -13,10 +13,10 @@ from .triton_paged_kv import _attend, _block_d, _cache_strides
 # %% auto #0
 __all__ = ['LOG2E', 'paged_prefill']
 
-# %% ../../nbs/kernels/07b_triton_prefill.ipynb #c013
+# %% ../../nbs/kernels/07b_triton_prefill.ipynb #d8693308
 LOG2E = 1.4426950408889634
 
-
+# %% ../../nbs/kernels/07b_triton_prefill.ipynb #bd9caf92
 @jit
 def _prefill_kernel(
     q_ptr,
@@ -115,12 +115,12 @@ def _prefill_kernel(
         out_ptr + rows * stride_ot + heads * stride_oh + d[None, :], acc / l[:, None], mask=mask
     )
 
-# %% ../../nbs/kernels/07b_triton_prefill.ipynb #c014
+# %% ../../nbs/kernels/07b_triton_prefill.ipynb #287a629a
 def _precision(dtype: torch.dtype) -> str:
     "float32 inputs get exact float32 dots (Triton would use tf32); 16-bit inputs ignore this."
     return "ieee" if dtype == torch.float32 else "tf32"
 
-
+# %% ../../nbs/kernels/07b_triton_prefill.ipynb #5cb3d5a9
 def paged_prefill(
     q: Tensor,  # [T, H, D]
     k_cache: Tensor,  # [num_blocks, PAGE, Hk, D]

@@ -80,7 +80,7 @@ def _merge_pieces(
         mask=heads & (d < HEAD_DIM)[None, :],
     )
 
-# %% ../../nbs/kernels/07c_triton_split_kv.ipynb #c024a
+# %% ../../nbs/kernels/07c_triton_split_kv.ipynb #53c8578c
 def decode_splits(
     batch: int, kv_heads: int, max_context: int, device: torch.device, min_tokens: int = 256
 ) -> int:
@@ -91,14 +91,14 @@ def decode_splits(
     programs = cdiv(4 * num_sms(device), batch_bucket(batch) * kv_heads)
     return max(1, min(programs, cdiv(max_context, min_tokens), 128))
 
-
+# %% ../../nbs/kernels/07c_triton_split_kv.ipynb #2a4dc123
 @jit
 def _piece_len(ctx, num_splits, MIN_SPLIT: tl.constexpr, BLOCK_N: tl.constexpr):
     """Tokens per piece of a `ctx`-token context: `ctx / num_splits`, at least `MIN_SPLIT`, in whole
     `BLOCK_N` tiles (> 0 even for an empty context). Its pieces: the first `cdiv(ctx, len)`."""
     return tl.cdiv(tl.maximum(tl.cdiv(ctx, num_splits), MIN_SPLIT), BLOCK_N) * BLOCK_N
 
-
+# %% ../../nbs/kernels/07c_triton_split_kv.ipynb #28bf0195
 _counters: dict[
     torch.device, list[Tensor]
 ] = {}  # per device: its merge counters (older, smaller ones kept alive)
