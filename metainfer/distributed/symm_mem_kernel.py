@@ -13,7 +13,7 @@ from ..kernels.triton_norms import _normed
 # %% auto #0
 __all__ = ['PushBuffers', 'all_reduce_add_rms_norm']
 
-# %% ../../nbs/distributed/04b_symm_mem_kernel.ipynb #bbee5fc4
+# %% ../../nbs/distributed/04b_symm_mem_kernel.ipynb #fa6f8448
 @dataclass
 class PushBuffers:
     """Where `all_reduce_add_rms_norm` pushes: each rank's buffer `[2, 2, world, max_rows,
@@ -40,7 +40,7 @@ class PushBuffers:
             and x.stride(-1) == 1
         )
 
-
+# %% ../../nbs/distributed/04b_symm_mem_kernel.ipynb #9907639a
 @jit
 def _push_partials(
     x, offs, mask, addresses_ptr, count, rank, block, BY_GEMV: tl.constexpr, WORLD: tl.constexpr
@@ -59,7 +59,7 @@ def _push_partials(
             peer = tl.load(addresses_ptr + r).to(tl.pointer_type(tl.int64))
             tl.store(peer + at, word, mask=mask)
 
-
+# %% ../../nbs/distributed/04b_symm_mem_kernel.ipynb #ac3a9799
 @jit
 def _all_reduce_norm_kernel(
     x_ptr,
@@ -137,7 +137,7 @@ def _all_reduce_norm_kernel(
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, axis=0) / N + eps)
     tl.store(out_ptr + row * N + cols, _normed(xf, rstd, w, xr.dtype), mask=mask)
 
-
+# %% ../../nbs/distributed/04b_symm_mem_kernel.ipynb #8e707fbd
 def all_reduce_add_rms_norm(
     x: Tensor,  # [T, N]: this rank's partial sum, any float dtype
     residual: Tensor | None,  # [T, N]; None: the sum (in x's dtype) is the new residual

@@ -16,7 +16,7 @@ from ..layers.attention import gather_kv
 # %% auto #0
 __all__ = ['fa_varlen_stand_in', 'fa_kvcache_stand_in', 'stand_ins']
 
-# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #c010
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #bf4fe3c3
 def _fa_check(q: Tensor, k: Tensor, block_table: Tensor | None, *ints: Tensor) -> None:
     assert q.dtype in (torch.float16, torch.bfloat16), (
         "FlashAttention only support fp16 and bf16 data type"
@@ -30,7 +30,7 @@ def _fa_check(q: Tensor, k: Tensor, block_table: Tensor | None, *ints: Tensor) -
     if block_table is not None:
         assert k.shape[1] % 256 == 0, "Paged KV cache block size must be divisible by 256"
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #ed5405c6
 def _attend(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Tensor:
     "`q` `[Tq, H, D]` over `k`/`v` `[Tk, Hk, D]`, causal aligned to the bottom right."
     Tq, Tk = q.shape[0], k.shape[0]
@@ -45,7 +45,7 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Tens
     )
     return out.transpose(0, 1).to(q.dtype)
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #fe19a5ab
 def fa_varlen_stand_in(
     q,
     k,
@@ -76,7 +76,7 @@ def fa_varlen_stand_in(
         out[cq[i] : cq[i + 1]] = _attend(q[cq[i] : cq[i + 1]], ki, vi, softmax_scale, causal)
     return out
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #39b16740
 def fa_kvcache_stand_in(
     q,
     k_cache,
@@ -98,18 +98,18 @@ def fa_kvcache_stand_in(
         out[i] = _attend(q[i], ki, vi, softmax_scale, causal)
     return out
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #b821c410
 def _vllm_rms_norm(out, x, weight, eps):
     assert out.is_contiguous() and x.stride(-1) == 1 and weight.dtype == x.dtype
     out.copy_(rms_norm_ref(x, weight, eps))
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #a80eb27d
 def _vllm_fused_add_rms_norm(x, residual, weight, eps):
     assert residual.is_contiguous() and weight.dtype == x.dtype
     residual.add_(x)
     x.copy_(rms_norm_ref(residual, weight, eps))
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #42885ca0
 def _vllm_rotary(positions, query, key, head_size, cos_sin_cache, is_neox):
     assert (
         positions.dtype == torch.int64
@@ -128,12 +128,12 @@ def _vllm_rotary(positions, query, key, head_size, cos_sin_cache, is_neox):
     query.copy_(q.view(query.shape))
     key.copy_(k.view(key.shape))
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #a018b3f9
 def _vllm_silu_and_mul(out, x):  # vLLM's layout: [gate | up]
     gate, up = x.chunk(2, dim=-1)
     out.copy_(F.silu(gate) * up)
 
-
+# %% ../../nbs/kernels/07h_external_stand_ins.ipynb #db109891
 @contextlib.contextmanager
 def stand_ins():
     """Install torch stand-ins for `flash_attn` and `vllm._custom_ops` (+

@@ -12,7 +12,7 @@ from .triton_split_kv import _merge_pieces, _piece_len
 # %% auto #0
 __all__ = []
 
-# %% ../../nbs/kernels/07d_triton_decode_kernel.ipynb #c020b
+# %% ../../nbs/kernels/07d_triton_decode_kernel.ipynb #c87fb8fe
 @jit
 def _rope_factors(row_ptr, d, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
     """For each dim `d` of a head: the dim it rotates with, and `cos`, `±sin` so that `x·cos +
@@ -30,7 +30,7 @@ def _rope_factors(row_ptr, d, HALF: tl.constexpr, IS_NEOX: tl.constexpr):
     sin = tl.load(row_ptr + HALF + i, mask=rot, other=0.0) * sign
     return pair, cos, sin
 
-
+# %% ../../nbs/kernels/07d_triton_decode_kernel.ipynb #c404b918
 @jit
 def _normed_rotated(
     ptr, rows, mask, d, pair, cos, sin, w, w_pair, eps, HEAD_DIM: tl.constexpr, NORM: tl.constexpr
@@ -46,7 +46,7 @@ def _normed_rotated(
         xp = _normed(xp, rstd, w_pair[None, :], x.dtype).to(x.dtype).to(tl.float32)
     return (xf * cos[None, :] + xp * sin[None, :]).to(x.dtype)
 
-
+# %% ../../nbs/kernels/07d_triton_decode_kernel.ipynb #c08781ba
 @jit
 def _decode_kernel(
     q_ptr,

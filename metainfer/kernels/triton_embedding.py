@@ -12,7 +12,7 @@ from .elementwise import embedding_ref
 # %% auto #0
 __all__ = ['embedding']
 
-# %% ../../nbs/kernels/03e_triton_embedding.ipynb #4301f963
+# %% ../../nbs/kernels/03e_triton_embedding.ipynb #c50c909b
 @jit
 def _embedding_kernel(
     ids_ptr, w_ptr, out_ptr, start, rows, D, stride_w, BLOCK: tl.constexpr, PDL: tl.constexpr
@@ -31,7 +31,7 @@ def _embedding_kernel(
     )
     tl.store(out_ptr + t * D + cols, x, mask=cols < D)
 
-
+# %% ../../nbs/kernels/03e_triton_embedding.ipynb #e8a6c08f
 def embedding(ids: Tensor, weight: Tensor, start: int = 0, use_pdl: bool = True) -> Tensor:
     """`embedding_ref`: rows `ids - start` of `weight` `[rows, D]`, zeros for ids outside `[start,
     start + rows)`."""

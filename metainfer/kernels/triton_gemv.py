@@ -14,9 +14,9 @@ from .triton_silu import silu_and_mul, silu_mul_pairs
 from ..distributed.symm_mem_kernel import PushBuffers, _push_partials
 
 # %% auto #0
-__all__ = ['num_sms', 'gemv', 'gemv_tiles', 'prologue_norms_alike', 'fp8', 'one_gpu_row']
+__all__ = ['num_sms', 'gemv_tiles', 'prologue_norms_alike', 'fp8', 'one_gpu_row', 'gemv']
 
-# %% ../../nbs/kernels/03f_triton_gemv.ipynb #b04fa150
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #c2ab57da
 @jit
 def _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL: tl.constexpr):
     """Columns `kk` of `x + residual` (of `x` alone without one), rounded to `x`'s dtype as
@@ -28,7 +28,7 @@ def _residual_sum(x_ptr, res_ptr, kk, K, HAS_RESIDUAL: tl.constexpr):
         )
     return x
 
-
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #78e93570
 @jit
 def _gemv_input(
     x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr
@@ -43,7 +43,7 @@ def _gemv_input(
         x = tl.load(x_ptr + kk, mask=kk < K, other=0.0)
     return x.to(tl.float32)
 
-
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #7dab22e5
 @jit
 def _chunk_dot(
     w,
@@ -68,7 +68,7 @@ def _chunk_dot(
         y = tl.sum(p, 1)
     return y
 
-
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #22d66262
 @jit
 def _gemv_kernel(
     x_ptr,
@@ -154,7 +154,7 @@ def _gemv_kernel(
             PUSH_WORLD,
         )
 
-
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #016ce238
 @functools.cache
 def num_sms(device: torch.device) -> int:
     """Streaming multiprocessors of a GPU (8 stands in for a CPU, so the interpreter sees tiling
@@ -165,7 +165,47 @@ def num_sms(device: torch.device) -> int:
         else 8
     )
 
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #1521ab50
+@functools.cache
+def gemv_tiles(N: int, K: int, device: torch.device, itemsize: int = 2) -> dict:
+    """The GEMV's tile and launch options for an `[N, K]` weight of `itemsize`-byte elements (FP8:
+    8 × 2,048 tiles, 3.3–4.1 TB/s at Qwen3-8B's shapes on an H200, where 1,024 gave 2.7–3.6)."""
+    if itemsize == 1:
+        return dict(BLOCK_N=8, BLOCK_K=min(2048, next_pow2(K)), num_warps=4, num_stages=3)
+    return dict(
+        BLOCK_N=8
+        if cdiv(N, 8) >= 4 * num_sms(device)
+        else 4,  # with act too: a row sums in the same order
+        BLOCK_K=min(1024, next_pow2(K)),
+        num_warps=4,
+        num_stages=3,
+    )
 
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #c7f60d95
+def prologue_norms_alike(K: int) -> bool:
+    """Whether a GEMV prologue (4 warps) normalizes a row of `K` as `_norm_launch` does a single
+    row: `K` a multiple of 16 (both load the row alike) and at most 4,096 wide (the norm kernel's
+    4-warp tiles)."""
+    return K % 16 == 0 and next_pow2(K) <= 4096
+
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #9d4842d6
+def fp8(weight) -> bool:
+    "Whether `weight` is an `Fp8Weight` (FP8 data and its scales)."
+    return not isinstance(weight, Tensor)
+
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #c004e83e
+def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
+    """Whether `gemv` takes this product: a single row on a GPU, weights of its dtype (or FP8, in
+    groups that tile the GEMV's chunks) in contiguous rows."""
+    K, w = x.shape[-1], weight.data if fp8(weight) else weight
+    g = weight.group if fp8(weight) else K
+    groups_tile = g >= K or (
+        g & (g - 1) == 0 and g <= gemv_tiles(w.shape[0], K, x.device, 1)["BLOCK_K"]
+    )
+    same = w.dtype == x.dtype or (fp8(weight) and groups_tile and weight.scale.stride(1) == 1)
+    return x.is_cuda and x.numel() == K and same and w.stride(1) == 1
+
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #cb730506
 def gemv(
     x: Tensor,  # [..., K] holding one row
     weight: Tensor,  # [N, K], contiguous rows; read before the wait, so no kernel may write it
@@ -239,43 +279,3 @@ def gemv(
         **tiles,
     )
     return out
-
-
-@functools.cache
-def gemv_tiles(N: int, K: int, device: torch.device, itemsize: int = 2) -> dict:
-    """The GEMV's tile and launch options for an `[N, K]` weight of `itemsize`-byte elements (FP8:
-    8 × 2,048 tiles, 3.3–4.1 TB/s at Qwen3-8B's shapes on an H200, where 1,024 gave 2.7–3.6)."""
-    if itemsize == 1:
-        return dict(BLOCK_N=8, BLOCK_K=min(2048, next_pow2(K)), num_warps=4, num_stages=3)
-    return dict(
-        BLOCK_N=8
-        if cdiv(N, 8) >= 4 * num_sms(device)
-        else 4,  # with act too: a row sums in the same order
-        BLOCK_K=min(1024, next_pow2(K)),
-        num_warps=4,
-        num_stages=3,
-    )
-
-
-def prologue_norms_alike(K: int) -> bool:
-    """Whether a GEMV prologue (4 warps) normalizes a row of `K` as `_norm_launch` does a single
-    row: `K` a multiple of 16 (both load the row alike) and at most 4,096 wide (the norm kernel's
-    4-warp tiles)."""
-    return K % 16 == 0 and next_pow2(K) <= 4096
-
-
-def fp8(weight) -> bool:
-    "Whether `weight` is an `Fp8Weight` (FP8 data and its scales)."
-    return not isinstance(weight, Tensor)
-
-
-def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
-    """Whether `gemv` takes this product: a single row on a GPU, weights of its dtype (or FP8, in
-    groups that tile the GEMV's chunks) in contiguous rows."""
-    K, w = x.shape[-1], weight.data if fp8(weight) else weight
-    g = weight.group if fp8(weight) else K
-    groups_tile = g >= K or (
-        g & (g - 1) == 0 and g <= gemv_tiles(w.shape[0], K, x.device, 1)["BLOCK_K"]
-    )
-    same = w.dtype == x.dtype or (fp8(weight) and groups_tile and weight.scale.stride(1) == 1)
-    return x.is_cuda and x.numel() == K and same and w.stride(1) == 1

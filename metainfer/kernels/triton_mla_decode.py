@@ -97,7 +97,7 @@ def _mla_decode_kernel(
     tl.store(o_ptr + o_offs, acc / l[:, None], mask=(h < n_heads)[:, None] & (r < R)[None, :])
     tl.store(lse_ptr + (b * n_heads + h) * NUM_SPLITS + split, m + tl.log2(l), mask=h < n_heads)
 
-# %% ../../nbs/kernels/09f_triton_mla_decode.ipynb #c008
+# %% ../../nbs/kernels/09f_triton_mla_decode.ipynb #d480e5f3
 @jit
 def _mla_merge_kernel(
     o_ptr,
@@ -136,7 +136,7 @@ def _mla_merge_kernel(
     out = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
     tl.store(out_ptr + b * stride_xb + h * stride_xh + r, out, mask=r < R)
 
-
+# %% ../../nbs/kernels/09f_triton_mla_decode.ipynb #9093a6fe
 _MERGE_TILE = 8192  # float32 values a merge program loads
 
 

@@ -91,7 +91,7 @@ def _moe_gemm_kernel(
         mask=valid[:, None] & (n < N)[None, :],
     )
 
-# %% ../../nbs/kernels/09e_triton_moe.ipynb #c011
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #cb78c98e
 @jit
 def _moe_sum_kernel(
     rows_ptr,
@@ -122,7 +122,7 @@ def _moe_sum_kernel(
         acc += tl.load(add_ptr + t * D + d, mask=d < D, other=0.0).to(tl.float32)
     tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
-
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #83c025a3
 def moe_tiles(pairs: int, itemsize: int = 2, pair_tiles: bool = False) -> dict:
     """Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs
     (H200 sweeps run7, run15)."""
@@ -134,7 +134,7 @@ def moe_tiles(pairs: int, itemsize: int = 2, pair_tiles: bool = False) -> dict:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3)
 
-
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #e17ddcb9
 def fused_moe(
     x: Tensor,  # [T, D]
     gate_up: Tensor,  # [El, 2·Il, D]
@@ -239,7 +239,7 @@ def fused_moe(
     )
     return y
 
-
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #14d43f55
 def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
     """`router_logits` as one GEMM on a GPU: 16-bit products are exact in float32, and cuBLAS sums
     them in float32."""
@@ -249,7 +249,7 @@ def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
         )  # one cuBLAS GEMM with a float32 output
     return router_logits(x, weight)
 
-
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #d242ce2c
 class TritonMoE:
     "Triton routed experts, with the interface of `TorchMoE`: the GPU backend of the MoE table."
 

@@ -11,7 +11,7 @@ from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
 # %% auto #0
 __all__ = ['select_experts_triton', 'moe_align', 'moe_align_triton']
 
-# %% ../../nbs/kernels/09d_triton_moe_routing.ipynb #c004b
+# %% ../../nbs/kernels/09d_triton_moe_routing.ipynb #62517f29
 @jit
 def _route_kernel(
     logits_ptr,
@@ -78,7 +78,7 @@ def _route_kernel(
     tl.store(weights_ptr + t * K + kk, w * scale, mask=kk < K)
     tl.store(ids_ptr + t * K + kk, ids, mask=kk < K)
 
-
+# %% ../../nbs/kernels/09d_triton_moe_routing.ipynb #84b49112
 def select_experts_triton(
     logits: Tensor,
     top_k: int,
@@ -149,7 +149,7 @@ def moe_align(
     ).int()  # El past the last run
     return sorted_ids[:P], block_expert
 
-# %% ../../nbs/kernels/09d_triton_moe_routing.ipynb #c007b
+# %% ../../nbs/kernels/09d_triton_moe_routing.ipynb #708fcf0d
 @jit
 def _moe_align_kernel(
     ids_ptr,
@@ -202,7 +202,7 @@ def _moe_align_kernel(
         row = tl.atomic_add(cursor_ptr + e, tl.full([BLOCK], 1, tl.int32), mask=ok)
         tl.store(sorted_ptr + row, p, mask=ok)
 
-
+# %% ../../nbs/kernels/09d_triton_moe_routing.ipynb #1797bee7
 def moe_align_triton(
     topk_ids: Tensor,
     expert_start: int,

@@ -11,21 +11,21 @@ from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 # %% auto #0
 __all__ = ['rms_norm', 'add_rms_norm']
 
-# %% ../../nbs/kernels/03b_triton_norms.ipynb #c008
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #75140ef8
 @jit
 def _inv_rms(xf, N, eps):
     """`1 / RMS` of each row of a float32 tile `[R, BLOCK]` (`N` real columns): one reduction order
     for every caller."""
     return 1.0 / tl.sqrt(tl.sum(xf * xf, axis=1) / N + eps)
 
-
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #5540b915
 @jit
 def _normed(xf, rstd, w, dtype: tl.constexpr):
     """`xf · rstd`, rounded to `dtype` as HF rounds before the weight, times the float32 weight `w`
     (float32; not rounded)."""
     return (xf * rstd).to(dtype).to(tl.float32) * w
 
-
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #b2b1fc44
 @jit
 def _rms_norm_kernel(
     x_ptr,
@@ -68,14 +68,14 @@ def _rms_norm_kernel(
         mask=mask,
     )
 
-# %% ../../nbs/kernels/03b_triton_norms.ipynb #c010
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #16c8e7e0
 def _as_rows(x: Tensor) -> Tensor:
     """`x` `[..., B, N]` as a `[A, B, N]` view (`[T, 1, N]` for 2-D `x`), copied only if its last
     dim is strided."""
     x3 = x.reshape(-1, x.shape[-2] if x.dim() > 2 else 1, x.shape[-1])
     return x3 if x3.stride(-1) == 1 else x3.contiguous()
 
-
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #2eb50f0d
 def _norm_launch(
     x3: Tensor,
     res: Tensor | None,
@@ -110,7 +110,7 @@ def _norm_launch(
         num_warps=4 if BLOCK_N <= 4096 else 8,
     )
 
-
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #650fb3b6
 def rms_norm(
     x: Tensor,  # [..., N], any leading shape
     weight: Tensor,  # [N]

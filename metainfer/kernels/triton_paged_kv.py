@@ -45,7 +45,7 @@ def _store_kv_kernel(
     tl.store(k_cache_ptr + dst, k, mask=mask)
     tl.store(v_cache_ptr + dst, v, mask=mask)
 
-# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #c007
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #3910b315
 def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
     """Strides of a pool's block, slot and head dims; K and V pools must share them (`KVPool`'s
     views do)."""
@@ -53,11 +53,11 @@ def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
         raise ValueError("K and V pools must share strides, with a contiguous last dim")
     return k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)
 
-
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #18650f5d
 def _block_d(head_dim: int) -> int:
     return max(16, next_pow2(head_dim))  # tl.dot needs K >= 16
 
-
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #8462d7ad
 def store_kv(
     k: Tensor,  # [T, Hk, D]
     v: Tensor,  # [T, Hk, D]
@@ -91,7 +91,7 @@ def store_kv(
         num_warps=1,
     )
 
-# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #c011
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #b761ee99
 @jit
 def _kv_tile(
     k_cache_ptr,
@@ -117,7 +117,7 @@ def _kv_tile(
         v_cache_ptr + offs, mask=kv_mask, other=0.0
     )
 
-
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #5d96fb22
 @jit
 def _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION: tl.constexpr):
     """Fold one K/V tile into the online softmax of `q` `[M, D]`; `keep` `[M, BLOCK_N]` says which
@@ -131,7 +131,7 @@ def _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION: tl.constexpr):
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return m_new, l, acc
 
-
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #025bacb7
 @jit
 def _attend(
     q,

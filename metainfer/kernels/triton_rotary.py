@@ -11,7 +11,7 @@ from .triton_norms import _normed
 # %% auto #0
 __all__ = ['rotary']
 
-# %% ../../nbs/kernels/03c_triton_rotary.ipynb #c017
+# %% ../../nbs/kernels/03c_triton_rotary.ipynb #3f1d3624
 @jit
 def _rotate_heads(
     ptr,
@@ -63,7 +63,7 @@ def _rotate_heads(
     tl.store(base + first[None, :], (x1f * cos - x2f * sin).to(x1.dtype), mask=mask)
     tl.store(base + second[None, :], (x2f * cos + x1f * sin).to(x1.dtype), mask=mask)
 
-
+# %% ../../nbs/kernels/03c_triton_rotary.ipynb #f8b35bd0
 @jit
 def _rotary_kernel(
     q_ptr,

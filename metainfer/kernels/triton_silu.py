@@ -11,7 +11,7 @@ from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 # %% auto #0
 __all__ = ['silu_mul_pairs', 'silu_and_mul']
 
-# %% ../../nbs/kernels/03d_triton_silu.ipynb #c023
+# %% ../../nbs/kernels/03d_triton_silu.ipynb #ba10b9b3
 @jit
 def silu_mul_pairs(pairs):
     """`silu(gate) * up` of a `[BLOCK, 2]` tile of (gate, up) pairs, rounded where the torch
@@ -21,7 +21,7 @@ def silu_mul_pairs(pairs):
     act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
     return (act * up.to(tl.float32)).to(gate.dtype)
 
-
+# %% ../../nbs/kernels/03d_triton_silu.ipynb #d3422bbe
 @jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
@@ -33,7 +33,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, I, BLOCK: tl.constexpr, PDL: 
     pairs = tl.load(x_ptr + t * stride_x + pair, mask=pair < 2 * I, other=0.0)
     tl.store(out_ptr + t * I + cols, silu_mul_pairs(pairs), mask=cols < I)
 
-
+# %% ../../nbs/kernels/03d_triton_silu.ipynb #e75b0021
 def silu_and_mul(x: Tensor, use_pdl: bool = True) -> Tensor:
     """`[..., 2I] -> [..., I]`: `silu(gate) * up` of the interleaved pairs `x[..., 0::2]`, `x[...,
     1::2]`."""
