@@ -9,13 +9,14 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
            'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg', 'EngineConfig',
            'generation_defaults', 'allowed_model_len', 'token_budget', 'add_engine_args', 'engine_config']
 
-# %% ../nbs/01_config.ipynb #c005
+# %% ../nbs/01_config.ipynb #8c4f85ba
 ARCHITECTURES: dict[str, str] = {
     "Qwen2ForCausalLM": "qwen",
     "Qwen3ForCausalLM": "qwen",
@@ -42,7 +43,7 @@ def _rope(hf: dict) -> tuple[float, dict | None]:
         scaling = None
     return float(theta), scaling
 
-# %% ../nbs/01_config.ipynb #c010
+# %% ../nbs/01_config.ipynb #a76abf1d
 @dataclass(frozen=True)
 class ModelConfig:
     "The shapes and constants of one checkpoint, read from its `config.json`."
@@ -67,36 +68,38 @@ class ModelConfig:
     torch_dtype: str
     hf: dict = field(repr=False, compare=False, default_factory=dict)
 
-    @classmethod
-    def from_dict(cls, hf: dict) -> ModelConfig:
-        arch = (hf.get("architectures") or ["?"])[0]
-        family = model_family(arch)
-        if hf.get("use_sliding_window"):
-            raise ValueError("sliding-window attention is not supported")
-        theta, scaling = _rope(hf)
-        eos = hf.get("eos_token_id")
-        heads = hf["num_attention_heads"]
-        return cls(
-            architecture=arch,
-            family=family,
-            vocab_size=hf["vocab_size"],
-            hidden_size=hf["hidden_size"],
-            intermediate_size=hf["intermediate_size"],
-            num_hidden_layers=hf["num_hidden_layers"],
-            num_attention_heads=heads,
-            num_key_value_heads=hf.get("num_key_value_heads") or heads,
-            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            max_position_embeddings=hf.get("max_position_embeddings", 4096),
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "Qwen2ForCausalLM" or bool(hf.get("attention_bias", False)),
-            qk_norm=arch == "Qwen3ForCausalLM",
-            eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
-            torch_dtype=hf.get("torch_dtype") or hf.get("dtype") or "bfloat16",
-            hf=hf,
-        )
+# %% ../nbs/01_config.ipynb #f3e6979d
+@patch(cls_method=True)
+def from_dict(cls: ModelConfig, hf: dict) -> ModelConfig:
+    "The `ModelConfig` of a parsed `config.json`."
+    arch = (hf.get("architectures") or ["?"])[0]
+    family = model_family(arch)
+    if hf.get("use_sliding_window"):
+        raise ValueError("sliding-window attention is not supported")
+    theta, scaling = _rope(hf)
+    eos = hf.get("eos_token_id")
+    heads = hf["num_attention_heads"]
+    return cls(
+        architecture=arch,
+        family=family,
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        intermediate_size=hf["intermediate_size"],
+        num_hidden_layers=hf["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+        rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        max_position_embeddings=hf.get("max_position_embeddings", 4096),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        qkv_bias=arch == "Qwen2ForCausalLM" or bool(hf.get("attention_bias", False)),
+        qk_norm=arch == "Qwen3ForCausalLM",
+        eos_token_ids=tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]),
+        torch_dtype=hf.get("torch_dtype") or hf.get("dtype") or "bfloat16",
+        hf=hf,
+    )
 
 # %% ../nbs/01_config.ipynb #c011
 def load_model_config(model_dir: str | Path) -> ModelConfig:
@@ -106,24 +109,29 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
         raise FileNotFoundError(f"no config.json in {model_dir}")
     return ModelConfig.from_dict(json.loads(path.read_text()))
 
-# %% ../nbs/01_config.ipynb #c017
+# %% ../nbs/01_config.ipynb #a266e2ad
 # tokens a step computes unless told. Offline: vLLM's 16,384 (large GPUs). Served: a quarter of
 # vLLM's 8,192, since a step is the pause every stream sees while a long prompt is prefilled beside
 # it (docs/benchmarks)
-SERVE_TOKEN_BUDGET, OFFLINE_TOKEN_BUDGET = 2048, 16384
+SERVE_TOKEN_BUDGET = 2048
+OFFLINE_TOKEN_BUDGET = 16384
+
+# %% ../nbs/01_config.ipynb #0db1c9f7
 KERNEL_BACKENDS = ("auto", "torch", "triton", "vllm")  # element-wise, MoE and MLA kernels
 ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
+
+# %% ../nbs/01_config.ipynb #be93b7a9
 # vLLM's --dtype names -> ours
 DTYPES = {"auto": "auto", "half": "float16", "float16": "float16", "bfloat16": "bfloat16"}
 DTYPES |= {"float": "float32", "float32": "float32"}
 
-
+# %% ../nbs/01_config.ipynb #6020d5ff
 def arg(default: Any, help: str, **flag: Any) -> Any:
     """A dataclass field that is also a command-line flag: `help` and argparse options (`choices`,
     `alias`)."""
     return field(default=default, metadata={"help": help, **flag})
 
-
+# %% ../nbs/01_config.ipynb #51404af3
 @dataclass
 class EngineConfig:
     """What one engine is asked to do: which model, where, how parallel, the scheduler's limits,
@@ -215,10 +223,10 @@ class EngineConfig:
         if self.nnodes > 1 and not self.dist_init_addr:
             raise ValueError("nnodes > 1 needs dist_init_addr: node 0's HOST:PORT, on every node")
 
-
+# %% ../nbs/01_config.ipynb #b9ebdc0c
 GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_p")
 
-
+# %% ../nbs/01_config.ipynb #24bffecd
 def generation_defaults(config: EngineConfig) -> dict[str, Any]:
     """The sampling defaults of `generation_config.json`, as vLLM's `--generation-config auto`
     reads them (`vllm`: none; a folder: its file); a request's own fields win over them."""
@@ -233,25 +241,25 @@ def generation_defaults(config: EngineConfig) -> dict[str, Any]:
     hf = json.loads(path.read_text())
     return {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
 
-
+# %% ../nbs/01_config.ipynb #6a38d1aa
 def allowed_model_len(config: EngineConfig, model: ModelConfig) -> int:
     "The longest sequence asked for: `max_model_len`, at most the model's positions."
     positions = model.max_position_embeddings
     return min(config.max_model_len or positions, positions)
 
-
+# %% ../nbs/01_config.ipynb #e838fdec
 def token_budget(config: EngineConfig, max_model_len: int) -> int:
     "The tokens one step computes: the configured budget; without chunking, a whole prompt's."
     budget = config.max_num_batched_tokens or SERVE_TOKEN_BUDGET
     return budget if config.enable_chunked_prefill else max(budget, max_model_len)
 
-# %% ../nbs/01_config.ipynb #9cb2ef52
+# %% ../nbs/01_config.ipynb #cb66fbef
 def _flag_type(annotation: str) -> type:
     """The argparse type of a field annotated `annotation` (a string, under `from __future__ import
     annotations`)."""
     return next(t for t in (bool, int, float, str) if t.__name__ in annotation)
 
-
+# %% ../nbs/01_config.ipynb #3997bea1
 def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argparse.ArgumentParser:
     """One flag per `EngineConfig` field (`--max-model-len`, ...), with the field's help; `defaults`
     override."""
@@ -271,7 +279,7 @@ def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argpars
         parser.add_argument(*names, **options)
     return parser
 
-
+# %% ../nbs/01_config.ipynb #07e22c20
 def engine_config(args: argparse.Namespace, model: str, **overrides: Any) -> EngineConfig:
     "The `EngineConfig` of parsed `add_engine_args` flags, for `model`."
     given = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}

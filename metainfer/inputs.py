@@ -9,22 +9,22 @@ from typing import TypedDict, Union
 # %% auto #0
 __all__ = ['PromptType', 'TextPrompt', 'TokensPrompt', 'prompt_of', 'prompt_list']
 
-# %% ../nbs/14b_inputs.ipynb #in04
+# %% ../nbs/14b_inputs.ipynb #35e21ce0
 class TextPrompt(TypedDict):
     "A prompt as text, tokenized by the engine."
 
     prompt: str
 
-
+# %% ../nbs/14b_inputs.ipynb #83d8680f
 class TokensPrompt(TypedDict):
     "A prompt as token ids, passed to the model as they are."
 
     prompt_token_ids: list[int]
 
-
+# %% ../nbs/14b_inputs.ipynb #6617bd2a
 PromptType = Union[str, list[int], TextPrompt, TokensPrompt]
 
-# %% ../nbs/14b_inputs.ipynb #in06
+# %% ../nbs/14b_inputs.ipynb #d794b72d
 def prompt_of(p: PromptType) -> str | list[int]:
     "What the engine takes of one prompt: its text, or its token ids."
     if isinstance(p, dict):
@@ -37,7 +37,7 @@ def prompt_of(p: PromptType) -> str | list[int]:
         return p
     raise ValueError(f"a prompt is text, token ids, a TextPrompt or a TokensPrompt, got {type(p)}")
 
-
+# %% ../nbs/14b_inputs.ipynb #a3467423
 def prompt_list(prompts: PromptType | list[PromptType]) -> list[str | list[int]]:
     "One prompt or a list of them, as the engine's prompts."
     one = isinstance(prompts, (str, dict)) or (bool(prompts) and isinstance(prompts[0], int))

@@ -20,22 +20,20 @@ __all__ = ['ASSETS', 'TINY', 'PRESETS', 'DEEPSEEK_TINY', 'KEEP_NULL', 'TRAINED',
            'default_model_dir', 'heldout_prompts', 'hf_model', 'hf_generate', 'hf_greedy', 'cuda_cell_note',
            'skip_cuda_cells_without_gpu']
 
-# %% ../nbs/02_testing.ipynb #c004
+# %% ../nbs/02_testing.ipynb #41acd420
 ASSETS = Path(metainfer.__file__).parent / "assets"
 
-
+# %% ../nbs/02_testing.ipynb #2bd8b7e5
 def published_config(name: str) -> dict:
     """A published `config.json` shipped in `metainfer/assets/configs` (`Qwen3-0.6B`, `Qwen3-8B`,
     `DeepSeek-V2-Lite`)."""
     path = ASSETS / "configs" / f"{name}.json"
     if not path.exists():
-        raise ValueError(
-            f"no published config {name!r}; have "
-            f"{[p.stem for p in (ASSETS / 'configs').glob('*.json')]}"
-        )
+        have = [p.stem for p in (ASSETS / "configs").glob("*.json")]
+        raise ValueError(f"no published config {name!r}; have {have}")
     return json.loads(path.read_text())
 
-# %% ../nbs/02_testing.ipynb #c006
+# %% ../nbs/02_testing.ipynb #8949d07c
 TINY = dict(
     hidden_size=64,
     intermediate_size=128,
@@ -44,6 +42,8 @@ TINY = dict(
     num_key_value_heads=2,
     max_position_embeddings=2048,
 )
+
+# %% ../nbs/02_testing.ipynb #90f4a144
 PRESETS: dict[str, dict] = {
     "qwen3-tiny": published_config("Qwen3-0.6B") | TINY | dict(head_dim=32),
     "qwen3-tiny-mqa": published_config("Qwen3-0.6B")
@@ -59,7 +59,7 @@ PRESETS: dict[str, dict] = {
     ),
 }
 
-# %% ../nbs/02_testing.ipynb #c008
+# %% ../nbs/02_testing.ipynb #4dab00c6
 DEEPSEEK_TINY = dict(
     hidden_size=64,
     intermediate_size=128,
@@ -89,7 +89,9 @@ DEEPSEEK_TINY = dict(
         mscale_all_dim=0.707,
     ),
 )
-PRESETS |= {
+
+# %% ../nbs/02_testing.ipynb #66c9b27e
+PRESETS = PRESETS | {
     "deepseek-v2-tiny": published_config("DeepSeek-V2-Lite") | DEEPSEEK_TINY,
     "deepseek-v2-tiny-qlora": published_config("DeepSeek-V2-Lite")
     | DEEPSEEK_TINY
@@ -118,23 +120,17 @@ PRESETS |= {
     ),
 }
 
-# %% ../nbs/02_testing.ipynb #c009
+# %% ../nbs/02_testing.ipynb #5e7a31ef
 KEEP_NULL = {"q_lora_rank"}  # DeepSeek: null means "no q LoRA", not "the config class's default"
 
-
+# %% ../nbs/02_testing.ipynb #b8240f09
 def hf_config(preset_or_dict: str | dict, **overrides):
     "A transformers config object from a preset name, a published config name, or a dict."
     from transformers import AutoConfig
 
-    d = (
-        preset_or_dict
-        if isinstance(preset_or_dict, dict)
-        else (
-            PRESETS[preset_or_dict]
-            if preset_or_dict in PRESETS
-            else published_config(preset_or_dict)
-        )
-    )
+    d = preset_or_dict
+    if not isinstance(d, dict):
+        d = PRESETS[d] if d in PRESETS else published_config(d)
     d = {
         k: v
         for k, v in (d | overrides).items()
@@ -167,7 +163,7 @@ def qwen3_tokenizer_dir() -> Path:
                 raise
     return path
 
-# %% ../nbs/02_testing.ipynb #c010
+# %% ../nbs/02_testing.ipynb #dd661ae7
 @torch.no_grad()
 def perturb_constant_tensors(model: torch.nn.Module, scale: float = 0.1) -> list[str]:
     """Add noise to every tensor HF initializes to one constant (norm weights, zero biases); returns
@@ -182,7 +178,7 @@ def perturb_constant_tensors(model: torch.nn.Module, scale: float = 0.1) -> list
         t.add_(scale * torch.randn_like(t))
     return [n for n, _ in const]
 
-
+# %% ../nbs/02_testing.ipynb #fa6b6a9e
 def write_random_checkpoint(
     out_dir: str | Path,
     preset: str | dict = "qwen3-tiny",
@@ -213,10 +209,10 @@ def write_random_checkpoint(
             shutil.copy(tokenizer / f, out / f)
     return out
 
-# %% ../nbs/02_testing.ipynb #b305ada2
+# %% ../nbs/02_testing.ipynb #2ae733df
 TRAINED = {"qwen3": "metainfer-tiny-qwen3", "deepseek-v2": "metainfer-tiny-deepseek-v2"}
 
-
+# %% ../nbs/02_testing.ipynb #345997bb
 def trained_model_dir(arch: str = "qwen3") -> Path:
     """One of the two tiny models trained for metainfer on public-domain and BSD-licensed text
     (`metainfer/assets/models`, recipe in `tools/tiny_models`): `qwen3` or `deepseek-v2`."""
@@ -224,17 +220,17 @@ def trained_model_dir(arch: str = "qwen3") -> Path:
         raise ValueError(f"no trained model {arch!r}; have {list(TRAINED)}")
     return ASSETS / "models" / TRAINED[arch]
 
-
+# %% ../nbs/02_testing.ipynb #6c46b71d
 def default_model_dir() -> Path:
     "The embedded default model: the tiny Qwen3 trained on the King James Bible and fortunes."
     return trained_model_dir("qwen3")
 
-
+# %% ../nbs/02_testing.ipynb #9bd9457e
 def heldout_prompts() -> list[str]:
     "The opening words of 64 documents held out of the trained models' corpus."
     return json.loads((ASSETS / "models" / "prompts.json").read_text())
 
-# %% ../nbs/02_testing.ipynb #c014
+# %% ../nbs/02_testing.ipynb #3c728449
 def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     "Load `model_dir` with HF transformers (eager reference)."
     from transformers import AutoModelForCausalLM
@@ -243,7 +239,7 @@ def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: 
     logging.disable_progress_bar()
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
 
-
+# %% ../nbs/02_testing.ipynb #dab2d669
 @torch.no_grad()
 def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False) -> Any:
     """HF `generate`, greedy, on one prompt, never stopping early at EOS (nor barring it): the
@@ -261,21 +257,21 @@ def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False
         return_dict_in_generate=True,
     )
 
-
+# %% ../nbs/02_testing.ipynb #51639de2
 def hf_greedy(model, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
     "Greedy completions of each prompt, one at a time (`hf_generate`)."
     return [
         hf_generate(model, ids, max_new_tokens).sequences[0, len(ids) :].tolist() for ids in prompts
     ]
 
-# %% ../nbs/02_testing.ipynb #gpu1
+# %% ../nbs/02_testing.ipynb #f0b3c334
 def cuda_cell_note(lines: list[str]) -> list[str]:
     "An IPython input transformer: a cell flagged `#| cuda` becomes a note that it needs a GPU."
     if lines and lines[0].strip().startswith("#| cuda"):
         return ['print("skipped: this cell needs a CUDA GPU (it is flagged #| cuda)")\n']
     return lines
 
-
+# %% ../nbs/02_testing.ipynb #1c79d951
 def skip_cuda_cells_without_gpu() -> bool:
     "Under IPython on a machine without CUDA, `#| cuda` cells print a note instead of running."
     try:

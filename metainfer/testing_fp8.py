@@ -16,12 +16,11 @@ from safetensors.torch import save_file
 # %% auto #0
 __all__ = ['LINEAR_WEIGHT', 'write_block_fp8', 'write_channel_fp8', 'write_dequantized']
 
-# %% ../nbs/02a_testing_fp8.ipynb #f8004
-LINEAR_WEIGHT = re.compile(
-    r"_proj(_with_mqa)?\.weight$"
-)  # every projection; not embeddings, norms, routers
+# %% ../nbs/02a_testing_fp8.ipynb #5f3ccd38
+# every projection; not embeddings, norms, routers
+LINEAR_WEIGHT = re.compile(r"_proj(_with_mqa)?\.weight$")
 
-
+# %% ../nbs/02a_testing_fp8.ipynb #5f9fc75d
 def _side_files(src: Path, dst: Path) -> None:
     "Copy config, tokenizer and generation files (everything but the tensors)."
     dst.mkdir(parents=True, exist_ok=True)
@@ -29,7 +28,18 @@ def _side_files(src: Path, dst: Path) -> None:
         if p.is_file() and not p.name.endswith((".safetensors", ".safetensors.index.json")):
             shutil.copy(p, dst / p.name)
 
-# %% ../nbs/02a_testing_fp8.ipynb #f8005
+# %% ../nbs/02a_testing_fp8.ipynb #c36a9722
+def _set_quantization_config(dst: Path, quantization_config: dict | None) -> None:
+    "`dst/config.json` with `quantization_config` in place of its own (None: with none)."
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.pop("quantization_config", None)
+    (dst / "config.json").write_text(
+        json.dumps(
+            cfg | ({"quantization_config": quantization_config} if quantization_config else {})
+        )
+    )
+
+# %% ../nbs/02a_testing_fp8.ipynb #14a3250c
 def _rewrite(src: Path, dst: Path, convert, quantization_config: dict | None) -> Path:
     "`src`'s tensors through `convert(name, tensor) -> {name: tensor}`, shard by shard, into `dst`."
     _side_files(src, dst)
@@ -41,13 +51,7 @@ def _rewrite(src: Path, dst: Path, convert, quantization_config: dict | None) ->
         weight_map |= dict.fromkeys(out, path.name)
     index = {"metadata": {}, "weight_map": weight_map}
     (dst / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
-    cfg = json.loads((dst / "config.json").read_text())
-    cfg.pop("quantization_config", None)
-    (dst / "config.json").write_text(
-        json.dumps(
-            cfg | ({"quantization_config": quantization_config} if quantization_config else {})
-        )
-    )
+    _set_quantization_config(dst, quantization_config)
     return dst
 
 # %% ../nbs/02a_testing_fp8.ipynb #f8006
@@ -74,32 +78,34 @@ def write_block_fp8(
 
     return _rewrite(Path(src), Path(dst), convert, qc)
 
-# %% ../nbs/02a_testing_fp8.ipynb #f8010
+# %% ../nbs/02a_testing_fp8.ipynb #a5dcbf15
+def _freeze_row_scales(model: torch.nn.Module, weights) -> None:
+    """What a data-free oneshot computes: each quantized row's range as its scale (`weights`: the
+    scheme's weight arguments), then frozen."""
+    from compressed_tensors.quantization import QuantizationStatus
+    from compressed_tensors.quantization.utils.helpers import calculate_qparams
+
+    for m in model.modules():
+        if getattr(m, "quantization_scheme", None) is not None:
+            w = m.weight.float()
+            s, zp = calculate_qparams(w.amin(1, keepdim=True), w.amax(1, keepdim=True), weights)
+            m.weight_scale.data.copy_(s), m.weight_zero_point.data.copy_(zp)
+            m.quantization_status = QuantizationStatus.FROZEN
+
+# %% ../nbs/02a_testing_fp8.ipynb #d5ea20cb
 def write_channel_fp8(src: str | Path, dst: str | Path) -> Path:
     """`src` as compressed-tensors `FP8_DYNAMIC` (llm-compressor's scheme: a scale per output row,
     activations per token at run time), written by compressed-tensors itself; `lm_head` ignored."""
     from compressed_tensors.compressors import ModelCompressor
-    from compressed_tensors.quantization import (
-        QuantizationConfig,
-        QuantizationStatus,
-        apply_quantization_config,
-    )
+    from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
     from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
-    from compressed_tensors.quantization.utils.helpers import calculate_qparams
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16)
     scheme = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"])
     qcfg = QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"])
     apply_quantization_config(model, qcfg)
-    for m in model.modules():  # what a data-free oneshot computes: each row's range
-        if getattr(m, "quantization_scheme", None) is not None:
-            w = m.weight.float()
-            s, zp = calculate_qparams(
-                w.amin(1, keepdim=True), w.amax(1, keepdim=True), scheme.weights
-            )
-            m.weight_scale.data.copy_(s), m.weight_zero_point.data.copy_(zp)
-            m.quantization_status = QuantizationStatus.FROZEN
+    _freeze_row_scales(model, scheme.weights)
     compressor = ModelCompressor.from_pretrained_model(model)
     compressor.compress_model(model)
     model.save_pretrained(dst)

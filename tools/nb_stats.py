@@ -121,6 +121,10 @@ def displayed_names(code: str) -> set[str]:
         return set()
     v = body[-1].value
     elts = v.elts if isinstance(v, ast.Tuple) else [v]
+    # `{k: f(v) for k, v in TABLE.items()}`: the table's entries, shown readably
+    elts = [
+        e.generators[0].iter if isinstance(e, (ast.DictComp, ast.ListComp)) else e for e in elts
+    ]
     # `list(TABLE)`, `sorted(TABLE)` or `TABLE.keys()` show a table of functions without addresses
     elts = [e.args[0] if isinstance(e, ast.Call) and len(e.args) == 1 else e for e in elts]
     elts = [

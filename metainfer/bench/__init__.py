@@ -10,7 +10,7 @@ import importlib
 # %% auto #0
 __all__ = ['MODES', 'add_bench_parsers']
 
-# %% ../../nbs/bench/18_bench.ipynb #c004
+# %% ../../nbs/bench/18_bench.ipynb #9c209fa4
 MODES = {  # mode: (module of metainfer.bench, what it measures)
     "serve": ("serve", "drive a running server: TTFT, TPOT, ITL percentiles and throughput"),
     "latency": ("latency", "decode tokens/s, TTFT, TPOT vs the roofline (and --peer hf)"),
@@ -20,7 +20,7 @@ MODES = {  # mode: (module of metainfer.bench, what it measures)
     "allreduce": ("allreduce", "all-reduce latency, NCCL vs symmetric memory"),
 }
 
-
+# %% ../../nbs/bench/18_bench.ipynb #3c87c6d9
 def add_bench_parsers(bench_subparsers) -> None:
     "Add every mode of `metainfer bench` to `bench_subparsers`: its flags, and `func` = its `main`."
     for mode, (module, what) in MODES.items():

@@ -87,7 +87,7 @@ def _allreduce_worker(rank: int, size: int, init_method: str, sizes: list[int], 
         Path(out).write_text(json.dumps({"rows": rows, "fused": fused}))
     destroy_tensor_parallel(tp)
 
-# %% ../../nbs/bench/18g_allreduce.ipynb #c011
+# %% ../../nbs/bench/18g_allreduce.ipynb #61509787
 def _plot_latency(ax, res: dict) -> None:
     rows = res["rows"]
     for comm in sorted({r["comm"] for r in rows}):
@@ -98,7 +98,7 @@ def _plot_latency(ax, res: dict) -> None:
     ax.set(xlabel="message KB (bf16)", ylabel="µs", title=f"all-reduce latency, {res['gpus']} GPUs")
     ax.legend()
 
-
+# %% ../../nbs/bench/18g_allreduce.ipynb #7b41027b
 def _plot_fused(ax, fused: list[dict]) -> None:
     paths = list(dict.fromkeys(r["path"] for r in fused))
     n_rows = sorted({r["rows"] for r in fused})
@@ -115,7 +115,7 @@ def _plot_fused(ax, fused: list[dict]) -> None:
     )
     ax.legend()
 
-
+# %% ../../nbs/bench/18g_allreduce.ipynb #ef0c3e2f
 def plot_allreduce(res: dict, path: Path) -> None:
     "Latency against message size per communicator; beside it, the fused reduce + norm if timed."
     import matplotlib
@@ -132,7 +132,7 @@ def plot_allreduce(res: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
-# %% ../../nbs/bench/18g_allreduce.ipynb #c015
+# %% ../../nbs/bench/18g_allreduce.ipynb #4648616d
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     "Flags of `metainfer bench allreduce`."
     parser.add_argument(
@@ -147,7 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--name", default=None, help="file name stem (default: allreduce-NGPUgpu)")
 
-
+# %% ../../nbs/bench/18g_allreduce.ipynb #fc042f7e
 def _print_rows(rows: list[dict], fused: list[dict]) -> None:
     for r in rows:
         print(
@@ -161,22 +161,28 @@ def _print_rows(rows: list[dict], fused: list[dict]) -> None:
             f"same bits as unfused: {r['identical_to_unfused']}"
         )
 
-
-def main(args: argparse.Namespace) -> list[dict]:
-    "Time all-reduce on every GPU of this machine; JSON and a plot."
-    import torch
+# %% ../../nbs/bench/18g_allreduce.ipynb #14c433bc
+def _spawn_workers(size: int, sizes: list[int], tmp: Path) -> dict:
+    "One `_allreduce_worker` per GPU of a group of `size`; rank 0's rows, read back from `tmp`."
     import torch.multiprocessing as mp
     from metainfer.distributed.parallel import free_port
 
-    size = args.tensor_parallel_size if args.tensor_parallel_size > 1 else torch.cuda.device_count()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".allreduce.tmp.json"
-    sizes = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20]
     init = f"tcp://127.0.0.1:{free_port()}"
     mp.spawn(_allreduce_worker, args=(size, init, sizes, str(tmp)), nprocs=size)
     got = json.loads(tmp.read_text())
     tmp.unlink()
+    return got
+
+# %% ../../nbs/bench/18g_allreduce.ipynb #4fc79ad6
+def main(args: argparse.Namespace) -> list[dict]:
+    "Time all-reduce on every GPU of this machine; JSON and a plot."
+    import torch
+
+    size = args.tensor_parallel_size if args.tensor_parallel_size > 1 else torch.cuda.device_count()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = [8 << 10, 32 << 10, 128 << 10, 512 << 10, 1 << 20]
+    got = _spawn_workers(size, sizes, out / ".allreduce.tmp.json")
     name = args.name or f"allreduce-{size}gpu"
     res = {
         "command": bench_command(args, "allreduce"),

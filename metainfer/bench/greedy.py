@@ -21,27 +21,27 @@ from metainfer.bench.results import (
 
 # %% auto #0
 __all__ = ['NEAR_TIE_ULPS', 'TOP_K', 'Top', 'bf16_spacing', 'first_difference', 'hf_completions', 'engine_completions',
-           'divergence', 'compare', 'load_prompts', 'add_arguments', 'engine_runs', 'main', 'control', 'summary']
+           'divergence', 'compare', 'load_prompts', 'add_arguments', 'engine_runs', 'control', 'summary', 'main']
 
-# %% ../../nbs/bench/18fa_greedy.ipynb #c004
+# %% ../../nbs/bench/18fa_greedy.ipynb #2bfc0861
 NEAR_TIE_ULPS = 2  # a gap of up to 2 bf16 units at the top logit's magnitude is a near-tie
 TOP_K = 8  # HF's best tokens kept per step, to find the logit HF gave our token where we part
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #7744c55f
 def bf16_spacing(x: float) -> float:
     "The distance between neighbouring bf16 numbers at |x| (8 significant bits)."
     return 2.0 ** (math.floor(math.log2(abs(x))) - 7) if x else 2.0**-133
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #88e3b881
 def first_difference(ours: list[int], ref: list[int]) -> int | None:
     "The first position where two completions differ (None: identical; a shorter one: its end)."
     at = next((i for i, (a, b) in enumerate(zip(ours, ref)) if a != b), None)
     return min(len(ours), len(ref)) if at is None and len(ours) != len(ref) else at
 
-# %% ../../nbs/bench/18fa_greedy.ipynb #c007
+# %% ../../nbs/bench/18fa_greedy.ipynb #2f3b33dc
 Top = list[list[list[tuple[int, float]]]]  # per prompt, per step: HF's TOP_K (token, logit) pairs
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #becc9736
 def hf_completions(model, prompts: list[list[int]], n: int) -> tuple[list[list[int]], Top]:
     "HF's greedy completions and, per step, its `TOP_K` best tokens with their logits."
     from metainfer.testing import hf_generate
@@ -54,7 +54,7 @@ def hf_completions(model, prompts: list[list[int]], n: int) -> tuple[list[list[i
         top.append([list(zip(b.indices.tolist(), b.values.tolist())) for b in best])
     return tokens, top
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #89cc7020
 def engine_completions(llm, prompts: list[list[int]], n: int, batch: int) -> list[list[int]]:
     "The engine's greedy completions, `batch` prompts at a time."
     from metainfer import SamplingParams
@@ -65,7 +65,7 @@ def engine_completions(llm, prompts: list[list[int]], n: int, batch: int) -> lis
         outs += llm.generate(prompts[i : i + batch], greedy, use_tqdm=False)
     return [o.outputs[0].token_ids for o in outs]
 
-# %% ../../nbs/bench/18fa_greedy.ipynb #c009
+# %% ../../nbs/bench/18fa_greedy.ipynb #47155117
 def divergence(i: int, at: int, ours: list[int], ref: list[int], top: Top) -> dict:
     "Where prompt `i` first parts from HF's: both tokens, HF's logits and gap (bf16 units)."
     mine = ours[at] if at < len(ours) else None
@@ -84,7 +84,7 @@ def divergence(i: int, at: int, ours: list[int], ref: list[int], top: Top) -> di
         "gap_bf16_units": None if gap is None else gap / bf16_spacing(first),
     }
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #861bd4b1
 def compare(ours: list[list[int]], ref: list[list[int]], top: Top) -> dict:
     "Identical completions, and each divergence with HF's gap between its token and ours."
     divergences = [
@@ -115,7 +115,7 @@ def load_prompts(path: str | None, n: int, tokenizer) -> tuple[list[str], list[l
         raise ValueError("an empty prompt: each needs at least one token")
     return texts, [tokenizer.encode(t) for t in texts]
 
-# %% ../../nbs/bench/18fa_greedy.ipynb #c014
+# %% ../../nbs/bench/18fa_greedy.ipynb #b952c969
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     "Flags of `metainfer bench greedy`: the engine's, the prompts and the completions."
     add_offline_arguments(parser)
@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="16-bit runs: also HF in float32, and how many of HF's own completions equal it",
     )
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #68923e7a
 def engine_runs(args: argparse.Namespace, prompts: list[list[int]]) -> tuple[dict, list[dict]]:
     "The result's head and one run per (CUDA graphs or not, batch size)."
     import torch
@@ -160,38 +160,7 @@ def engine_runs(args: argparse.Namespace, prompts: list[list[int]]) -> tuple[dic
         free_memory()
     return res, runs
 
-
-def main(args: argparse.Namespace) -> dict:
-    "`metainfer bench greedy`: the engine's completions, HF's, the comparison; write JSON."
-    import torch
-    from transformers import AutoTokenizer
-    from metainfer.testing import default_model_dir, hf_model
-
-    args.model = args.model or str(default_model_dir())
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
-    texts, prompts = load_prompts(args.prompts, args.num_prompts, tokenizer)
-    res, runs = engine_runs(args, prompts)
-    device, dtype = res.pop("device"), res.pop("dtype")
-    t = time.perf_counter()
-    hf, top = hf_completions(hf_model(args.model, dtype, str(device)), prompts, args.output_len)
-    res["hf"] = {"seconds": time.perf_counter() - t, "tokens": hf, "dtype": str(dtype)}
-    for run in runs:
-        run |= compare(run["tokens"], hf, top)
-    if args.control and dtype == torch.float32:
-        print("--control: the runs are float32 already; no second reference")
-    elif args.control:
-        res["control_fp32"] = control(args.model, str(device), prompts, args.output_len, hf, runs)
-    res["metainfer"] = {"runs": runs}
-    res["prompts"], res["near_tie_bf16_units"] = texts, NEAR_TIE_ULPS
-    write_json(res, args.out, result_name(args, "greedy"))
-    for run in runs:
-        print(summary(run))
-    if "control_fp32" in res:
-        same = res["control_fp32"]["hf_bf16_identical_to_hf_fp32"]
-        print(f"control: HF bf16 equals HF fp32 on {same}/{len(prompts)} prompts")
-    return res
-
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #c4b76bae
 def control(
     model_dir: str,
     device: str,
@@ -218,7 +187,7 @@ def control(
         ],
     }
 
-
+# %% ../../nbs/bench/18fa_greedy.ipynb #db1b1bbe
 def summary(run: dict) -> str:
     "One run's line: identical completions, the largest HF gap (its token, ours) where they part."
     gap = run["largest_gap_bf16_units"]
@@ -229,3 +198,39 @@ def summary(run: dict) -> str:
         + (f"; {n} outside HF top {TOP_K}" if (n := run["outside_hf_top_k"]) else "")
         + f" ({run['output_tokens_per_s']:.0f} tok/s)"
     )
+
+# %% ../../nbs/bench/18fa_greedy.ipynb #d77f4ff4
+def _print_summaries(res: dict, runs: list[dict], n: int) -> None:
+    "Each run's line, and the control's if there is one (`n` prompts)."
+    for run in runs:
+        print(summary(run))
+    if "control_fp32" in res:
+        same = res["control_fp32"]["hf_bf16_identical_to_hf_fp32"]
+        print(f"control: HF bf16 equals HF fp32 on {same}/{n} prompts")
+
+# %% ../../nbs/bench/18fa_greedy.ipynb #89f72495
+def main(args: argparse.Namespace) -> dict:
+    "`metainfer bench greedy`: the engine's completions, HF's, the comparison; write JSON."
+    import torch
+    from transformers import AutoTokenizer
+    from metainfer.testing import default_model_dir, hf_model
+
+    args.model = args.model or str(default_model_dir())
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    texts, prompts = load_prompts(args.prompts, args.num_prompts, tokenizer)
+    res, runs = engine_runs(args, prompts)
+    device, dtype = res.pop("device"), res.pop("dtype")
+    t = time.perf_counter()
+    hf, top = hf_completions(hf_model(args.model, dtype, str(device)), prompts, args.output_len)
+    res["hf"] = {"seconds": time.perf_counter() - t, "tokens": hf, "dtype": str(dtype)}
+    for run in runs:
+        run |= compare(run["tokens"], hf, top)
+    if args.control and dtype == torch.float32:
+        print("--control: the runs are float32 already; no second reference")
+    elif args.control:
+        res["control_fp32"] = control(args.model, str(device), prompts, args.output_len, hf, runs)
+    res["metainfer"] = {"runs": runs}
+    res["prompts"], res["near_tie_bf16_units"] = texts, NEAR_TIE_ULPS
+    write_json(res, args.out, result_name(args, "greedy"))
+    _print_summaries(res, runs, len(prompts))
+    return res

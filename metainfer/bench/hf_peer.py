@@ -77,7 +77,7 @@ def hf_compiled_decode(model, ids: Tensor, n: int, warmup: int = 3) -> dict:
     torch._dynamo.reset()  # the compiled step closes over this model and cache: let them go
     return res
 
-# %% ../../nbs/bench/18c_hf_peer.ipynb #c011
+# %% ../../nbs/bench/18c_hf_peer.ipynb #2ed0c200
 def hf_decode_rate(
     model_dir: str,
     input_len: int,
@@ -103,7 +103,7 @@ def hf_decode_rate(
         torch.cuda.empty_cache()
     return {"compile": compile} | res
 
-
+# %% ../../nbs/bench/18c_hf_peer.ipynb #76034a99
 def hf_peers(model_dir: str, input_len: int, output_len: int, peer_modes: str) -> tuple[dict, dict]:
     "HF's decode rate for each of `peer_modes` (`eager,compile`); the errors of those that failed."
     peers, errors = {}, {}

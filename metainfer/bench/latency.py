@@ -23,7 +23,16 @@ from metainfer.bench.results import (
 # %% auto #0
 __all__ = ['REPEAT_KEYS', 'run_latency', 'median_run', 'profile_latency', 'add_arguments', 'measure', 'main']
 
-# %% ../../nbs/bench/18d_latency.ipynb #c004
+# %% ../../nbs/bench/18d_latency.ipynb #fe528b35
+def _timed_steps(engine) -> tuple[float, list[float]]:
+    "Step `engine` until it is done: the start, and when each step's tokens reached the caller."
+    arrivals, start = [], time.perf_counter()
+    while engine.has_unfinished_requests():
+        if engine.step():
+            arrivals.append(time.perf_counter())
+    return start, arrivals
+
+# %% ../../nbs/bench/18d_latency.ipynb #8f934c08
 def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0) -> dict:
     "TTFT, TPOT and decode tokens/s of `batch` equal-length requests, measured step by step."
     from metainfer.engine.sequence import SamplingParams
@@ -34,10 +43,7 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
     llm.generate(random_prompts(batch, input_len, input_len, vocab, seed + 1), warm, use_tqdm=False)
     for i, p in enumerate(random_prompts(batch, input_len, input_len, vocab, seed)):
         engine.add_request(f"lat{i}", p, params)
-    arrivals, start = [], time.perf_counter()  # when each step's tokens reached the caller
-    while engine.has_unfinished_requests():
-        if engine.step():
-            arrivals.append(time.perf_counter())
+    start, arrivals = _timed_steps(engine)
     decode = [b - a for a, b in zip(arrivals, arrivals[1:])]
     tpot = statistics.median(decode)
     return {
@@ -52,10 +58,10 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
         "total_s": time.perf_counter() - start,
     }
 
-# %% ../../nbs/bench/18d_latency.ipynb #c009
+# %% ../../nbs/bench/18d_latency.ipynb #4d88b2c4
 REPEAT_KEYS = ("decode_tokens_per_s", "tpot_s", "tpot_mean_s", "ttft_s", "host_probe")
 
-
+# %% ../../nbs/bench/18d_latency.ipynb #18f2d67a
 def median_run(runs: list[dict]) -> dict:
     "The run of median decode rate (the lower middle of an even count): a host moves it least."
     return sorted(runs, key=lambda r: r["decode_tokens_per_s"])[(len(runs) - 1) // 2]
@@ -86,10 +92,9 @@ def profile_latency(llm, args: argparse.Namespace) -> dict:
         engine.step()
     return res
 
-# %% ../../nbs/bench/18d_latency.ipynb #c014
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    "Flags of `metainfer bench latency`: the engine's, the workload's, the peer's, the profiles'."
-    add_offline_arguments(parser)
+# %% ../../nbs/bench/18d_latency.ipynb #9e55fb83
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    "The batch, its lengths, and how many times it is measured."
     parser.add_argument("--batch-size", type=int, default=1, help="sequences decoded together")
     parser.add_argument("--input-len", type=int, default=128, help="prompt tokens of each sequence")
     parser.add_argument("--output-len", type=int, default=256, help="tokens each sequence makes")
@@ -99,6 +104,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="measure this many times (host probe after each); report the median",
     )
+
+# %% ../../nbs/bench/18d_latency.ipynb #55f17bfa
+def _add_peer_arguments(parser: argparse.ArgumentParser) -> None:
+    "`--peer hf` and which HF modes it times."
     parser.add_argument(
         "--peer",
         choices=["none", "hf"],
@@ -110,6 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="eager,compile",
         help="--peer hf: HF eager and/or torch.compile + static cache",
     )
+
+# %% ../../nbs/bench/18d_latency.ipynb #3af4a616
+def _add_profile_arguments(parser: argparse.ArgumentParser) -> None:
+    "`--profile` (the GPU's kernels) and `--host-profile` (the host's functions)."
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -119,7 +132,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--host-profile", action="store_true", help="Python time per step by function (cProfile)"
     )
 
-# %% ../../nbs/bench/18d_latency.ipynb #c015
+# %% ../../nbs/bench/18d_latency.ipynb #6db89bfb
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    "Flags of `metainfer bench latency`: the engine's, the workload's, the peer's, the profiles'."
+    add_offline_arguments(parser)
+    _add_workload_arguments(parser)
+    _add_peer_arguments(parser)
+    _add_profile_arguments(parser)
+
+# %% ../../nbs/bench/18d_latency.ipynb #459d7959
+def _roofline(card, args: argparse.Namespace) -> dict:
+    "The run's decode roofline: its weights and its KV cache halfway through, at `card`'s rate."
+    context = args.input_len + args.output_len // 2
+    return decode_roofline(
+        card.weights_at(args.batch_size),
+        card.kv_per_token,
+        args.batch_size,
+        context,
+        card.bandwidth,
+    )
+
+# %% ../../nbs/bench/18d_latency.ipynb #6dd7f255
 def measure(args: argparse.Namespace) -> dict:
     "The engine's runs (the median is the headline), the roofline and profiles; then shut down."
     llm = start_engine(args)
@@ -135,21 +168,26 @@ def measure(args: argparse.Namespace) -> dict:
     if len(runs) > 1:
         res["repeats"] = [{k: r[k] for k in REPEAT_KEYS} for r in runs]
     if card.bandwidth:
-        context = args.input_len + args.output_len // 2
-        res["roofline"] = decode_roofline(
-            card.weights_at(args.batch_size),
-            card.kv_per_token,
-            args.batch_size,
-            context,
-            card.bandwidth,
-        )
+        res["roofline"] = _roofline(card, args)
     if (args.profile and device.type == "cuda") or args.host_profile:
         res |= profile_latency(llm, args)
     res["host_probe"] = {"before": probe, "after": runs[-1]["host_probe"]}  # around the measurement
     llm.shutdown()
     return res
 
+# %% ../../nbs/bench/18d_latency.ipynb #d5fa431e
+def _plot_latency(res: dict, args: argparse.Namespace, name: str) -> Path:
+    "The bar chart of our decode rate, the peers' and the roofline, as `<out>/<name>.png`."
+    ours = "metainfer (eager)" if args.enforce_eager else "metainfer"
+    bars = {ours: res["metainfer"]["decode_tokens_per_s"]}
+    bars |= {k: v["decode_tokens_per_s"] for k, v in res.get("peers", {}).items()}
+    arch, tp = res["model"]["architecture"], args.tensor_parallel_size
+    limit = res.get("roofline", {}).get("tokens_per_s")
+    title = f"{arch} decode, B={args.batch_size}, TP={tp}"
+    plot_bars(Path(args.out) / f"{name}.png", title, bars, limit, "output tokens/s")
+    return Path(args.out) / f"{name}.png"
 
+# %% ../../nbs/bench/18d_latency.ipynb #c3560df2
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench latency`: measure, then the HF peers; write JSON and a bar chart."
     res = measure(args)
@@ -163,12 +201,6 @@ def main(args: argparse.Namespace) -> dict:
             res["peer_errors"] = errors
     name = result_name(args, "latency")
     write_json(res, args.out, name)
-    ours = "metainfer (eager)" if args.enforce_eager else "metainfer"
-    bars = {ours: res["metainfer"]["decode_tokens_per_s"]}
-    bars |= {k: v["decode_tokens_per_s"] for k, v in res.get("peers", {}).items()}
-    arch, tp = res["model"]["architecture"], args.tensor_parallel_size
-    limit = res.get("roofline", {}).get("tokens_per_s")
-    title = f"{arch} decode, B={args.batch_size}, TP={tp}"
-    plot_bars(Path(args.out) / f"{name}.png", title, bars, limit, "output tokens/s")
+    _plot_latency(res, args, name)
     print_summary(res)
     return res

@@ -10,38 +10,22 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['CATEGORIES', 'kernel_category', 'idle_split', 'charged_times', 'profile_steps', 'host_profile_steps']
 
-# %% ../../nbs/bench/18b_profile.ipynb #c005
+# %% ../../nbs/bench/18b_profile.ipynb #47834e53
 CATEGORIES = {
-    "attention": (
-        "attn",
-        "attention",
-        "paged",
-        "store_kv",
-        "flash",
-        "fmha",
-        "sdpa",
-        "decode",
-        "prefill",
-    ),
+    "attention": ("attn", "attention", "paged", "store_kv", "flash", "fmha", "sdpa", "decode")
+    + ("prefill",),
     "gemm": ("gemm", "gemv", "matmul", "cutlass", "sm90_", "nvjet", "cublas", "splitk", "xmma"),
-    "communication": (
-        "nccl",
-        "all_reduce",
-        "allreduce",
-        "symm",
-        "one_shot",
-        "multimem",
-        "cross_device",
-    ),
+    "communication": ("nccl", "all_reduce", "allreduce", "symm", "one_shot", "multimem")
+    + ("cross_device",),
 }
 
-
+# %% ../../nbs/bench/18b_profile.ipynb #a8c94bc3
 def kernel_category(name: str) -> str:
     "The category of a kernel, from its name."
     n = name.lower()
     return next((c for c, keys in CATEGORIES.items() if any(k in n for k in keys)), "other")
 
-
+# %% ../../nbs/bench/18b_profile.ipynb #292e9590
 def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) -> dict:
     "GPU idle between kernels (µs): short gaps (launches in a step) vs long ones (the host)."
     short = long = 0.0
@@ -56,7 +40,7 @@ def idle_split(intervals: list[tuple[float, float]], host_gap_us: float = 20.0) 
         end = max(end, e)
     return {"short_gaps_s": short / 1e6, "host_waits_s": long / 1e6, "kernels": len(intervals)}
 
-
+# %% ../../nbs/bench/18b_profile.ipynb #416255af
 def charged_times(events: list[tuple[float, float, str]]) -> tuple[dict[str, float], float]:
     "Seconds per kernel of `(start, end, name)` µs intervals, each instant charged once; overlap."
     charged, end, raw = {}, float("-inf"), 0.0
@@ -65,7 +49,28 @@ def charged_times(events: list[tuple[float, float, str]]) -> tuple[dict[str, flo
         end, raw = max(end, e), raw + (e - s) / 1e6
     return charged, raw - sum(charged.values())
 
-# %% ../../nbs/bench/18b_profile.ipynb #c008
+# %% ../../nbs/bench/18b_profile.ipynb #141cb550
+def _gpu_time_split(events: list[tuple[float, float, str]], steps: int, wall: float) -> dict:
+    "A profile of `steps` steps in `wall` seconds, from their kernels' `(start, end, name)` in µs."
+    kernels, overlap = charged_times(events)
+    by_cat = {c: 0.0 for c in (*CATEGORIES, "other")}
+    for k, t in kernels.items():
+        by_cat[kernel_category(k)] += t
+    busy = sum(by_cat.values())
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
+    gaps = idle_split([(s, e) for s, e, _ in events])
+    return {
+        "wall_s": wall,
+        "steps": steps,
+        "gpu_busy_s": busy,
+        "overlap_s": overlap,
+        "kernels_per_step": gaps["kernels"] / steps,
+        "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
+        "idle_s": {"short_gaps": gaps["short_gaps_s"], "host_waits": gaps["host_waits_s"]},
+        "top_kernels": [{"name": k[:120], "s": t, "share": t / wall} for k, t in top],
+    }
+
+# %% ../../nbs/bench/18b_profile.ipynb #5f574853
 def profile_steps(engine, steps: int = 16) -> dict:
     "GPU time by category over `steps` engine steps (requests running), and the idle share."
     import torch
@@ -84,23 +89,7 @@ def profile_steps(engine, steps: int = 16) -> dict:
         for e in prof.events()
         if e.device_type == cuda and e.time_range.end > e.time_range.start
     ]
-    kernels, overlap = charged_times(events)
-    by_cat = {c: 0.0 for c in (*CATEGORIES, "other")}
-    for k, t in kernels.items():
-        by_cat[kernel_category(k)] += t
-    busy = sum(by_cat.values())
-    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:15]
-    gaps = idle_split([(s, e) for s, e, _ in events])
-    return {
-        "wall_s": wall,
-        "steps": steps,
-        "gpu_busy_s": busy,
-        "overlap_s": overlap,
-        "kernels_per_step": gaps["kernels"] / steps,
-        "share": {c: t / wall for c, t in by_cat.items()} | {"idle": max(0.0, 1 - busy / wall)},
-        "idle_s": {"short_gaps": gaps["short_gaps_s"], "host_waits": gaps["host_waits_s"]},
-        "top_kernels": [{"name": k[:120], "s": t, "share": t / wall} for k, t in top],
-    }
+    return _gpu_time_split(events, steps, wall)
 
 # %% ../../nbs/bench/18b_profile.ipynb #c010
 def host_profile_steps(engine, steps: int = 16, top: int = 25) -> dict:

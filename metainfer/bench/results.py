@@ -18,7 +18,7 @@ from .common import Card
 __all__ = ['add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment', 'gpu_memory_used',
            'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'summary_line', 'print_summary']
 
-# %% ../../nbs/bench/18aa_results.ipynb #c005
+# %% ../../nbs/bench/18aa_results.ipynb #47e8983b
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
     "`--out` and `--name`: where a result goes."
     parser.add_argument(
@@ -26,7 +26,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> Non
     )
     parser.add_argument("--name", default=None, help=name_help)
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #af15fe86
 def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     "The checkpoint, the engine's flags (with the engine's defaults) and `--out`/`--name`."
     parser.add_argument(
@@ -38,7 +38,7 @@ def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_args(parser)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #e54598e4
 def start_engine(args: argparse.Namespace):
     "The `LLM` of the parsed engine flags, on `args.model` (if not given: the embedded model)."
     from metainfer import LLM
@@ -47,7 +47,7 @@ def start_engine(args: argparse.Namespace):
     args.model = args.model or str(default_model_dir())
     return LLM(**asdict(engine_config(args, args.model)))
 
-# %% ../../nbs/bench/18aa_results.ipynb #c010
+# %% ../../nbs/bench/18aa_results.ipynb #2fd34b44
 def bench_command(args: argparse.Namespace, mode: str) -> str:
     "A result's command: the CLI's `argv`, else this process's, else `metainfer bench MODE`."
     argv = getattr(args, "argv", None)
@@ -57,7 +57,7 @@ def bench_command(args: argparse.Namespace, mode: str) -> str:
         return " ".join(["metainfer", "bench", *sys.argv[2:]])
     return f"metainfer bench {mode}"
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #eb87e3aa
 def environment(device) -> dict:
     "Versions, and the GPU's name and count."
     import platform
@@ -73,14 +73,37 @@ def environment(device) -> dict:
         env |= {"gpu": torch.cuda.get_device_name(device), "gpus": torch.cuda.device_count()}
     return env
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #8d908e0f
 def gpu_memory_used() -> list[int]:
     "Bytes in use on each GPU."
     import torch
 
     return [t - f for f, t in map(torch.cuda.mem_get_info, range(torch.cuda.device_count()))]
 
-# %% ../../nbs/bench/18aa_results.ipynb #c011
+# %% ../../nbs/bench/18aa_results.ipynb #a713d5dc
+def _model_record(cfg, model_dir: str, params: int) -> dict:
+    "The model's part of a record: where it came from and its size."
+    return {
+        "dir": str(model_dir),
+        "architecture": cfg.architecture,
+        "layers": cfg.num_hidden_layers,
+        "hidden": cfg.hidden_size,
+        "params": params,
+    }
+
+# %% ../../nbs/bench/18aa_results.ipynb #d4231a9d
+def _engine_record(runner, tp: int, card: Card) -> dict:
+    "The engine's part of a record: as it was built."
+    return {
+        "tensor_parallel_size": tp,
+        "dtype": str(runner.dtype),
+        "cuda_graphs": runner.graphs is not None,
+        "kernel_backend": runner.kernel_backend,
+        "kv_blocks": runner.num_kv_blocks,
+        "kv_bytes_per_token": card.kv_per_token,
+    }
+
+# %% ../../nbs/bench/18aa_results.ipynb #ed7f024e
 def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int) -> dict:
     "The head of a result: the command, the model, the engine, the card and the bytes a step reads."
     runner, cfg, tp = llm.engine.runner, llm.engine.model_config, args.tensor_parallel_size
@@ -89,21 +112,8 @@ def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int)
     res = {
         "mode": mode,
         "command": bench_command(args, mode),
-        "model": {
-            "dir": str(args.model),
-            "architecture": cfg.architecture,
-            "layers": cfg.num_hidden_layers,
-            "hidden": cfg.hidden_size,
-            "params": params,
-        },
-        "engine": {
-            "tensor_parallel_size": tp,
-            "dtype": str(runner.dtype),
-            "cuda_graphs": runner.graphs is not None,
-            "kernel_backend": runner.kernel_backend,
-            "kv_blocks": runner.num_kv_blocks,
-            "kv_bytes_per_token": card.kv_per_token,
-        },
+        "model": _model_record(cfg, args.model, params),
+        "engine": _engine_record(runner, tp, card),
         "hardware": environment(runner.device) | bandwidth,
         "weight_bytes_per_step_per_rank": card.weights_at(batch),
         "weight_bytes_per_rank": card.full,
@@ -113,12 +123,12 @@ def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int)
         res["gpu_memory_used_bytes"] = gpu_memory_used()
     return res
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #970db569
 def result_name(args: argparse.Namespace, mode: str) -> str:
     "`--name`, else `MODE-MODEL-tpN`."
     return args.name or f"{mode}-{Path(args.model).name}-tp{args.tensor_parallel_size}"
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #229fed99
 def write_json(res: dict, out: str | Path, name: str) -> Path:
     "Write `res` to `out/NAME.json`."
     path = Path(out) / f"{name}.json"
@@ -126,7 +136,7 @@ def write_json(res: dict, out: str | Path, name: str) -> Path:
     path.write_text(json.dumps(res, indent=1))
     return path
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #4e2be4ab
 def free_memory() -> None:
     "Collect an engine that went out of scope (its layers reach themselves) before a peer loads."
     import gc
@@ -136,7 +146,7 @@ def free_memory() -> None:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
-# %% ../../nbs/bench/18aa_results.ipynb #c013
+# %% ../../nbs/bench/18aa_results.ipynb #e14dd71d
 def plot_bars(
     path: Path, title: str, bars: dict[str, float], limit: float | None, ylabel: str
 ) -> None:
@@ -162,30 +172,35 @@ def plot_bars(
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
+# %% ../../nbs/bench/18aa_results.ipynb #67f00f22
+def _mode_line(mode: str, m: dict) -> str:
+    "The main figures of a latency or throughput run."
+    if mode == "latency":
+        return (
+            f"{m['decode_tokens_per_s']:.1f} decode tokens/s, TTFT {m['ttft_s'] * 1e3:.1f} ms, "
+            f"TPOT {m['tpot_s'] * 1e3:.2f} ms (batch {m['batch']}, {m['input_len']} in, "
+            f"{m['output_len']} out)"
+        )
+    return (
+        f"{m['output_tokens_per_s']:.1f} output tokens/s ({m['num_seqs']} sequences in "
+        f"{m['elapsed_s']:.1f} s)"
+    )
 
+# %% ../../nbs/bench/18aa_results.ipynb #1ab17aca
 def summary_line(res: dict) -> str:
     "A result's headline in one line: what ran, and its main figures."
     m, e = res["metainfer"], res["engine"]
     head = f"{res['mode']}: {res['model']['architecture']}, TP {e['tensor_parallel_size']}, "
     head += f"{e['dtype'].replace('torch.', '')}: "
-    if res["mode"] == "latency":
-        return head + (
-            f"{m['decode_tokens_per_s']:.1f} decode tokens/s, TTFT {m['ttft_s'] * 1e3:.1f} ms, "
-            f"TPOT {m['tpot_s'] * 1e3:.2f} ms (batch {m['batch']}, {m['input_len']} in, "
-            f"{m['output_len']} out)"
-        )
-    if res["mode"] == "throughput":
-        return head + (
-            f"{m['output_tokens_per_s']:.1f} output tokens/s ({m['num_seqs']} sequences in "
-            f"{m['elapsed_s']:.1f} s)"
-        )
+    if res["mode"] in ("latency", "throughput"):
+        return head + _mode_line(res["mode"], m)
     a = res.get("agreement") or {}
     return head + (
         f"top-1 agreement {a.get('agreement', 0):.4f} over {a.get('compared')} of "
         f"{a.get('positions')} positions against {res.get('against')}"
     )
 
-
+# %% ../../nbs/bench/18aa_results.ipynb #3b54c0e2
 def print_summary(res: dict) -> None:
     "The scalars of a result, as JSON on stdout, then `summary_line`."
     summary = {k: v for k, v in res["metainfer"].items() if not isinstance(v, list)}

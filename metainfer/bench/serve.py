@@ -16,9 +16,23 @@ from .serve_driver import benchmark
 from .serve_mixed import mixed_benchmark, mixed_summary, plot_mixed
 
 # %% auto #0
-__all__ = ['plot_results', 'save_results', 'add_arguments', 'add_mixed_arguments', 'parse_list', 'main']
+__all__ = ['plot_results', 'save_results', 'add_mixed_arguments', 'add_arguments', 'parse_list', 'main']
 
-# %% ../../nbs/bench/18h_serve.ipynb #c005
+# %% ../../nbs/bench/18h_serve.ipynb #5fada58a
+def _sweep_x(result: dict) -> list[float]:
+    "The sweep axis of each level (an infinite rate: nan, which the plot leaves out)."
+    axis = result["sweep"]
+    return [float(r[axis]) if r[axis] != "inf" else float("nan") for r in result["runs"]]
+
+# %% ../../nbs/bench/18h_serve.ipynb #3cb15751
+def _percentile_panel(ax, x: list[float], runs: list[dict], key: str, title: str, axis: str):
+    "One panel: the p50, p90 and p99 of `key` against `x`."
+    for q in ("p50", "p90", "p99"):
+        ax.plot(x, [r[key][q] for r in runs], marker="o", label=q)
+    ax.set(title=title, xlabel=axis)
+    ax.legend()
+
+# %% ../../nbs/bench/18h_serve.ipynb #524c6582
 def plot_results(result: dict, path: str | Path) -> Path:
     "TTFT/TPOT/ITL percentiles and output throughput against the sweep (or the mixed run's plot)."
     if result.get("workload") == "mixed":
@@ -28,16 +42,11 @@ def plot_results(result: dict, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    axis = result["sweep"]
-    runs = result["runs"]
-    x = [float(r[axis]) if r[axis] != "inf" else float("nan") for r in runs]
+    axis, runs, x = result["sweep"], result["runs"], _sweep_x(result)
     fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     panels = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("itl_ms", "ITL (ms)"))
     for ax, (key, title) in zip(axes, panels):
-        for q in ("p50", "p90", "p99"):
-            ax.plot(x, [r[key][q] for r in runs], marker="o", label=q)
-        ax.set(title=title, xlabel=axis)
-        ax.legend()
+        _percentile_panel(ax, x, runs, key, title, axis)
     axes[3].plot(x, [r["output_throughput"] for r in runs], marker="o")
     axes[3].set(title="output tokens/s", xlabel=axis)
     if axis == "concurrency":
@@ -52,7 +61,7 @@ def plot_results(result: dict, path: str | Path) -> Path:
     plt.close(fig)
     return Path(path)
 
-
+# %% ../../nbs/bench/18h_serve.ipynb #779d7e68
 def save_results(result: dict, out_dir: str | Path, name: str, command: str) -> tuple[Path, Path]:
     "Write `out_dir/NAME.json` (with `command`) and `out_dir/NAME.png`."
     import platform
@@ -64,49 +73,7 @@ def save_results(result: dict, out_dir: str | Path, name: str, command: str) -> 
     (out / f"{name}.json").write_text(json.dumps(meta | result, indent=2) + "\n")
     return out / f"{name}.json", plot_results(result, out / f"{name}.png")
 
-# %% ../../nbs/bench/18h_serve.ipynb #c007
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    "Flags of `metainfer bench serve`: the server, the sweep, the workload and where results go."
-    a = parser.add_argument
-    a("--base-url", default="http://127.0.0.1:8000", help="the server's address")
-    a(
-        "--endpoint",
-        choices=["completions", "chat"],
-        default="completions",
-        help="/v1/completions or /v1/chat/completions",
-    )
-    a("--model", default=None, help="default: the server's first model")
-    a("--api-key", default=None, help="default: $METAINFER_API_KEY or $OPENAI_API_KEY")
-    a("--concurrency", default="1,4,16,64", help="concurrency sweep, e.g. 1,4,16,64")
-    a("--request-rate", default=None, help="request-rate sweep in requests/s instead, e.g. 1,4,inf")
-    a("--max-concurrency", type=int, default=None, help="cap on in-flight requests in a rate sweep")
-    a(
-        "--num-prompts",
-        type=int,
-        default=None,
-        help="requests per level (default: 4 x concurrency, >= 16; 200 per rate)",
-    )
-    a(
-        "--input-len",
-        type=int,
-        default=256,
-        help="mean prompt length in tokens (log-normal; --mixed: each stream's, exact)",
-    )
-    a("--output-len", type=int, default=128, help="mean completion length in tokens (log-normal)")
-    a("--temperature", type=float, default=0.0, help="sampling temperature of every request")
-    a(
-        "--ignore-eos",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="generate exactly the output length (vLLM's extension)",
-    )
-    a("--seed", type=int, default=0, help="seeds the lengths, the prompts and the arrival times")
-    a("--num-warmups", type=int, default=2, help="short requests before the first level")
-    a("--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png")
-    a("--name", default=None, help="file name stem (default: serve-MODEL-ENDPOINT|mixed-DATE)")
-    add_mixed_arguments(parser)
-
-
+# %% ../../nbs/bench/18h_serve.ipynb #910a7aa6
 def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
     "`--mixed` and its workload: one long prompt sent while streams decode (`18gb_serve_mixed`)."
     g = parser.add_argument_group("mixed workload (--mixed, instead of the sweep)")
@@ -123,12 +90,72 @@ def add_mixed_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between every stream's first token and sending the long request",
     )
 
+# %% ../../nbs/bench/18h_serve.ipynb #8ac6e3d0
+def _add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    "Which server, which endpoint, which model, which key."
+    a = parser.add_argument
+    a("--base-url", default="http://127.0.0.1:8000", help="the server's address")
+    a(
+        "--endpoint",
+        choices=["completions", "chat"],
+        default="completions",
+        help="/v1/completions or /v1/chat/completions",
+    )
+    a("--model", default=None, help="default: the server's first model")
+    a("--api-key", default=None, help="default: $METAINFER_API_KEY or $OPENAI_API_KEY")
 
+# %% ../../nbs/bench/18h_serve.ipynb #a796fafd
+def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    "The levels of the sweep (concurrencies, or request rates) and the requests of each."
+    a = parser.add_argument
+    a("--concurrency", default="1,4,16,64", help="concurrency sweep, e.g. 1,4,16,64")
+    a("--request-rate", default=None, help="request-rate sweep in requests/s instead, e.g. 1,4,inf")
+    a("--max-concurrency", type=int, default=None, help="cap on in-flight requests in a rate sweep")
+    a(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help="requests per level (default: 4 x concurrency, >= 16; 200 per rate)",
+    )
+
+# %% ../../nbs/bench/18h_serve.ipynb #dee80aa6
+def _add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    "What each request asks for: its lengths and sampling, the seed, the warm-up."
+    a = parser.add_argument
+    a(
+        "--input-len",
+        type=int,
+        default=256,
+        help="mean prompt length in tokens (log-normal; --mixed: each stream's, exact)",
+    )
+    a("--output-len", type=int, default=128, help="mean completion length in tokens (log-normal)")
+    a("--temperature", type=float, default=0.0, help="sampling temperature of every request")
+    a(
+        "--ignore-eos",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="generate exactly the output length (vLLM's extension)",
+    )
+    a("--seed", type=int, default=0, help="seeds the lengths, the prompts and the arrival times")
+    a("--num-warmups", type=int, default=2, help="short requests before the first level")
+
+# %% ../../nbs/bench/18h_serve.ipynb #81e34c16
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    "Flags of `metainfer bench serve`: the server, the sweep, the workload and where results go."
+    _add_server_arguments(parser)
+    _add_sweep_arguments(parser)
+    _add_request_arguments(parser)
+    a = parser.add_argument
+    a("--out", default="docs/benchmarks", help="folder for NAME.json and NAME.png")
+    a("--name", default=None, help="file name stem (default: serve-MODEL-ENDPOINT|mixed-DATE)")
+    add_mixed_arguments(parser)
+
+# %% ../../nbs/bench/18h_serve.ipynb #f1565c6d
 def parse_list(s: str | None, kind=float) -> list | None:
     '`"1,4,16"` -> `[1, 4, 16]`; `inf` is allowed for rates.'
     return None if s is None else [kind(x) for x in s.split(",") if x.strip()]
 
-# %% ../../nbs/bench/18h_serve.ipynb #c009
+# %% ../../nbs/bench/18h_serve.ipynb #51a3d660
 def _print_level(result: dict, r: dict) -> None:
     print(
         f"{result['sweep']}={r[result['sweep']]}: {r['completed']}/{r['num_prompts']} ok, "
@@ -137,50 +164,23 @@ def _print_level(result: dict, r: dict) -> None:
         f"ITL p99 {r['itl_ms']['p99'] or 0:.2f} ms, {r['output_throughput']:.1f} output tokens/s"
     )
 
-
+# %% ../../nbs/bench/18h_serve.ipynb #7ac291ee
 def _run_mixed(args: argparse.Namespace, api_key: str | None) -> dict:
     if args.endpoint == "chat":
         raise SystemExit("--mixed sends token-id prompts to /v1/completions; drop --endpoint chat")
-    return asyncio.run(
-        mixed_benchmark(
-            args.base_url,
-            args.mixed_streams,
-            args.input_len,
-            args.mixed_stream_output_len,
-            args.mixed_long_input_len,
-            args.mixed_long_output_len,
-            args.mixed_delay,
-            args.model,
-            api_key,
-            args.seed,
-            args.num_warmups,
-            args.temperature,
-            args.ignore_eos,
-        )
-    )
+    a = args
+    workload = a.mixed_streams, a.input_len, a.mixed_stream_output_len, a.mixed_long_input_len
+    rest = a.mixed_long_output_len, a.mixed_delay, a.model, api_key, a.seed, a.num_warmups
+    return asyncio.run(mixed_benchmark(a.base_url, *workload, *rest, a.temperature, a.ignore_eos))
 
-
+# %% ../../nbs/bench/18h_serve.ipynb #2e3ed2d8
 def _run_sweep(args: argparse.Namespace, api_key: str | None) -> dict:
-    levels = parse_list(args.concurrency, int), parse_list(args.request_rate)
-    return asyncio.run(
-        benchmark(
-            args.base_url,
-            *levels,
-            args.max_concurrency,
-            args.num_prompts,
-            args.input_len,
-            args.output_len,
-            args.endpoint,
-            args.model,
-            api_key,
-            args.seed,
-            args.num_warmups,
-            args.temperature,
-            args.ignore_eos,
-        )
-    )
+    a, levels = args, (parse_list(args.concurrency, int), parse_list(args.request_rate))
+    workload = a.max_concurrency, a.num_prompts, a.input_len, a.output_len, a.endpoint, a.model
+    rest = api_key, a.seed, a.num_warmups, a.temperature, a.ignore_eos
+    return asyncio.run(benchmark(a.base_url, *levels, *workload, *rest))
 
-
+# %% ../../nbs/bench/18h_serve.ipynb #fe9dee32
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench serve`: run the sweep (or `--mixed`), print its lines, write JSON and a plot."
     env, mixed = os.environ, getattr(args, "mixed", False)

@@ -14,12 +14,12 @@ from .serve_driver import sample_requests, send_request, stats_ms
 # %% auto #0
 __all__ = ['exact_prompt', 'split_gaps', 'gap_stats_ms', 'run_mixed', 'mixed_benchmark', 'plot_mixed', 'mixed_summary']
 
-# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c05
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c0a0ee56
 def exact_prompt(rng: random.Random, n: int, token_range=(1000, 10000)) -> list[int]:
     "A prompt of exactly `n` random token ids (from a range every tokenizer has)."
     return [rng.randrange(*token_range) for _ in range(n)]
 
-
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #687ba31f
 def split_gaps(
     times: list[list[float]], start: float, end: float
 ) -> tuple[list[float], list[float]]:
@@ -30,12 +30,12 @@ def split_gaps(
             (during if b > start and a < end else outside).append(b - a)
     return during, outside
 
-
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #f5059872
 def gap_stats_ms(xs: list[float]) -> dict:
     "`stats_ms` of `xs` with their count and maximum (ms)."
     return {"count": len(xs)} | stats_ms(xs) | {"max": max(xs) * 1000 if xs else None}
 
-# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c08
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #4224d477
 async def _first_tokens(tasks: list, first: asyncio.Event) -> None:
     "Return once `first` is set, or once no stream is left that could set it."
     waiter = asyncio.ensure_future(first.wait())
@@ -44,37 +44,31 @@ async def _first_tokens(tasks: list, first: asyncio.Event) -> None:
         _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
     waiter.cancel()
 
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #f08d9580
+def _recorder(ts: list[float], waiting: list[int], first: asyncio.Event):
+    "An `on_token` that appends to `ts` and, at the last stream's first token, sets `first`."
 
-async def run_mixed(
-    session, url: str, headers: dict, stream_bodies: list[dict], long_body: dict, delay: float
+    def on_token(t):
+        ts.append(t)
+        if len(ts) == 1:
+            waiting[0] -= 1
+            if not waiting[0]:
+                first.set()
+
+    return on_token
+
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c502ad96
+def _mixed_numbers(
+    streams: list,
+    times: list,
+    long,
+    t0: float,
+    all_first: float,
+    sent: float,
+    end: float,
+    long_times: list[float],
 ) -> dict:
-    "The streams, then the long request `delay` s after all their first tokens; the numbers."
-    times: list[list[float]] = [[] for _ in stream_bodies]
-    first, waiting = asyncio.Event(), [len(stream_bodies)]
-
-    def recorder(ts):
-        def on_token(t):
-            ts.append(t)
-            if len(ts) == 1:
-                waiting[0] -= 1
-                if not waiting[0]:
-                    first.set()
-
-        return on_token
-
-    t0 = time.perf_counter()
-    tasks = [
-        asyncio.ensure_future(send_request(session, url, b, headers, recorder(ts)))
-        for b, ts in zip(stream_bodies, times)
-    ]
-    await _first_tokens(tasks, first)
-    all_first = time.perf_counter()
-    await asyncio.sleep(delay)
-    long_times: list[float] = []
-    sent = time.perf_counter()
-    long = await send_request(session, url, long_body, headers, long_times.append)
-    end = long_times[0] if long_times else time.perf_counter()
-    streams = await asyncio.gather(*tasks)
+    "The run's numbers: the streams' and the long request's results, times since `t0`, the gaps."
     ok = [ts for r, ts in zip(streams, times) if r.ok]
     during, outside = split_gaps(ok, sent, end)
     return {
@@ -99,7 +93,36 @@ async def run_mixed(
         "token_times_s": [[round(t - t0, 6) for t in ts] for ts in times],
     }
 
-# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c10
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #01c06117
+async def run_mixed(
+    session, url: str, headers: dict, stream_bodies: list[dict], long_body: dict, delay: float
+) -> dict:
+    "The streams, then the long request `delay` s after all their first tokens; the numbers."
+    times: list[list[float]] = [[] for _ in stream_bodies]
+    first, waiting = asyncio.Event(), [len(stream_bodies)]
+    t0 = time.perf_counter()
+    tasks = [
+        asyncio.ensure_future(send_request(session, url, b, headers, _recorder(ts, waiting, first)))
+        for b, ts in zip(stream_bodies, times)
+    ]
+    await _first_tokens(tasks, first)
+    all_first = time.perf_counter()
+    await asyncio.sleep(delay)
+    long_times: list[float] = []
+    sent = time.perf_counter()
+    long = await send_request(session, url, long_body, headers, long_times.append)
+    end = long_times[0] if long_times else time.perf_counter()
+    streams = await asyncio.gather(*tasks)
+    return _mixed_numbers(streams, times, long, t0, all_first, sent, end, long_times)
+
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #938d9be9
+def _check_fits(max_len: int | None, stream_len: int, long_len: int) -> None:
+    "Raise if a stream or the long request needs more tokens than the server's context."
+    for what, n in (("stream", stream_len), ("long request", long_len)):
+        if max_len and n > max_len:
+            raise ValueError(f"a {what} needs {n} tokens; the server takes {max_len}")
+
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #9530bb62
 async def mixed_benchmark(
     base_url: str,  # e.g. http://127.0.0.1:8000
     streams: int = 16,  # running streams
@@ -127,12 +150,7 @@ async def mixed_benchmark(
     ) as session:
         card = await _served_model(session, base_url, headers, model)
         max_len = card.get("max_model_len")
-        for what, n in (
-            ("stream", stream_input_len + stream_output_len),
-            ("long request", long_input_len + long_output_len),
-        ):
-            if max_len and n > max_len:
-                raise ValueError(f"a {what} needs {n} tokens; the server takes {max_len}")
+        _check_fits(max_len, stream_input_len + stream_output_len, long_input_len + long_output_len)
 
         def body(prompt, n):
             return request_body(BenchRequest(prompt, n), card["id"], False, temperature, ignore_eos)
@@ -166,7 +184,15 @@ async def mixed_benchmark(
         "ignore_eos": ignore_eos,
     } | run
 
-# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c12
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #da9b899e
+def _shade_prefill(ax, sent: float, first: float) -> None:
+    "Shade the long request's prefill on `ax`: from its send (dashed) to its first token."
+    ax.axvspan(sent, first, color="#c1121f", alpha=0.15, label="long prefill")
+    ax.axvline(sent, color="#c1121f", ls="--", lw=1, label="long sent")
+    ax.axvline(first, color="#c1121f", lw=1, label="long first token")
+    ax.set_xlabel("seconds since the streams were sent")
+
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #c80b46ef
 def plot_mixed(result: dict, path) -> Path:
     "Each stream's token arrivals and gaps over time, the long request's prefill shaded."
     import matplotlib
@@ -178,12 +204,8 @@ def plot_mixed(result: dict, path) -> Path:
     for ts in result["token_times_s"]:
         left.plot(ts, range(1, len(ts) + 1), lw=0.8)
         right.plot(ts[1:], [(b - a) * 1000 for a, b in zip(ts, ts[1:])], ".", ms=2)
-    sent, first = result["long_sent_s"], result["long_first_token_s"]
     for ax in (left, right):
-        ax.axvspan(sent, first, color="#c1121f", alpha=0.15, label="long prefill")
-        ax.axvline(sent, color="#c1121f", ls="--", lw=1, label="long sent")
-        ax.axvline(first, color="#c1121f", lw=1, label="long first token")
-        ax.set_xlabel("seconds since the streams were sent")
+        _shade_prefill(ax, result["long_sent_s"], result["long_first_token_s"])
     left.set(title="tokens received per stream", ylabel="tokens")
     right.set(title="inter-token gaps", ylabel="ms", yscale="log")
     left.legend(loc="upper left")
@@ -197,14 +219,15 @@ def plot_mixed(result: dict, path) -> Path:
     plt.close(fig)
     return Path(path)
 
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #d5de2af1
+def _quantiles(s: dict) -> str:
+    "`p50/p99/max ms (n=count)` of a `gap_stats_ms` dict."
+    return "/".join(f"{s[k] or 0:.1f}" for k in ("p50", "p99", "max")) + f" ms (n={s['count']})"
 
+# %% ../../nbs/bench/18gb_serve_mixed.ipynb #14ac0637
 def mixed_summary(result: dict) -> str:
     "One line: what completed, the long TTFT and the gaps during and outside its prefill."
-
-    def q(s):
-        return "/".join(f"{s[k] or 0:.1f}" for k in ("p50", "p99", "max")) + f" ms (n={s['count']})"
-
-    m = result["mixed"]
+    m, q = result["mixed"], _quantiles
     return (
         f"mixed: {result['streams_completed']}/{m['streams']} streams ok, "
         f"long {m['long_input_len']}-token prompt {'ok' if result['long_completed'] else 'FAILED'}"

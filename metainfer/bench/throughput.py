@@ -29,15 +29,20 @@ from metainfer.bench.results import (
 # %% auto #0
 __all__ = ['run_throughput', 'profile_throughput', 'add_arguments', 'measure', 'main']
 
-# %% ../../nbs/bench/18e_throughput.ipynb #c004
+# %% ../../nbs/bench/18e_throughput.ipynb #ce285879
+def _workload(vocab: int, num_seqs: int, lo: int, hi: int, seed: int) -> tuple[list, list[int]]:
+    "The seeded prompts, and each one's output length: both uniform in `[lo, hi]`."
+    prompts = random_prompts(num_seqs, lo, hi, vocab, seed)
+    rng = random.Random(seed + 1)
+    return prompts, [rng.randint(lo, hi) for _ in prompts]
+
+# %% ../../nbs/bench/18e_throughput.ipynb #c7256476
 def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed: int = 0) -> dict:
     "The offline workload: output tokens/s end to end."
     from metainfer.engine.sequence import SamplingParams
 
     vocab = llm.engine.model_config.vocab_size
-    prompts = random_prompts(num_seqs, lo, hi, vocab, seed)
-    rng = random.Random(seed + 1)
-    out_lens = [rng.randint(lo, hi) for _ in prompts]
+    prompts, out_lens = _workload(vocab, num_seqs, lo, hi, seed)
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in out_lens]
     warm = random_prompts(4, lo, hi, vocab, seed + 100)  # other prompts: no prefix-cache hits later
     llm.generate(warm, SamplingParams(temperature=0, max_tokens=8, ignore_eos=True), use_tqdm=False)
@@ -82,7 +87,7 @@ def profile_throughput(llm, args: argparse.Namespace, output_lens: list[int]) ->
         engine.step()
     return res
 
-# %% ../../nbs/bench/18e_throughput.ipynb #c011
+# %% ../../nbs/bench/18e_throughput.ipynb #ff49a928
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     "Flags of `metainfer bench throughput`: the engine's, the workload's and `--profile`."
     add_offline_arguments(parser)
@@ -95,7 +100,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU kernel time by category, idle split (CUDA profiler)",
     )
 
+# %% ../../nbs/bench/18e_throughput.ipynb #740725b4
+def _roofline(card, m: dict, flops: float, itemsize: int, max_num_seqs: int) -> dict:
+    "`throughput_bound` of the run `m` on `card` at `flops`, `max_num_seqs` at a time."
+    params = card.params_per_token(itemsize)
+    return throughput_bound(
+        m["input_lens"],
+        m["output_lens"],
+        params,
+        card.weights_at,
+        card.kv_per_token,
+        card.bandwidth,
+        flops,
+        max_num_seqs,
+    )
 
+# %% ../../nbs/bench/18e_throughput.ipynb #4ccc654c
 def measure(args: argparse.Namespace) -> dict:
     "The workload, its profile and its bound; shuts the engine down."
     llm = start_engine(args)
@@ -110,31 +130,27 @@ def measure(args: argparse.Namespace) -> dict:
     if card.bandwidth:
         flops = gemm_flops(runner.device)
         res["hardware"]["gemm_flops"] = flops
-        params = card.params_per_token(runner.dtype.itemsize)
-        res["roofline"] = throughput_bound(
-            m["input_lens"],
-            m["output_lens"],
-            params,
-            card.weights_at,
-            card.kv_per_token,
-            card.bandwidth,
-            flops,
-            args.max_num_seqs,
-        )
+        res["roofline"] = _roofline(card, m, flops, runner.dtype.itemsize, args.max_num_seqs)
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement
     llm.shutdown()
     return res
 
+# %% ../../nbs/bench/18e_throughput.ipynb #8e9fcd87
+def _plot_throughput(res: dict, args: argparse.Namespace, name: str) -> Path:
+    "The bar chart of our output rate and the bound, as `<out>/<name>.png`."
+    title = f"{res['model']['architecture']} offline throughput, {args.num_seqs} seqs"
+    bars = {"metainfer": res["metainfer"]["output_tokens_per_s"]}
+    limit = res.get("roofline", {}).get("output_tokens_per_s")
+    plot_bars(Path(args.out) / f"{name}.png", title, bars, limit, "output tokens/s")
+    return Path(args.out) / f"{name}.png"
 
+# %% ../../nbs/bench/18e_throughput.ipynb #93dd845b
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench throughput`: measure; write JSON and a bar chart."
     res = measure(args)
     free_memory()
     name = result_name(args, "throughput")
     write_json(res, args.out, name)
-    title = f"{res['model']['architecture']} offline throughput, {args.num_seqs} seqs"
-    bars = {"metainfer": res["metainfer"]["output_tokens_per_s"]}
-    limit = res.get("roofline", {}).get("output_tokens_per_s")
-    plot_bars(Path(args.out) / f"{name}.png", title, bars, limit, "output tokens/s")
+    _plot_throughput(res, args, name)
     print_summary(res)
     return res

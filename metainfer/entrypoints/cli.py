@@ -14,22 +14,12 @@ from ..bench import add_bench_parsers
 # %% auto #0
 __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser', 'build_parser', 'main']
 
-# %% ../../nbs/entrypoints/15_cli.ipynb #dd410fd2
-def generate_main(args) -> None:
-    "Complete the prompts offline; print each completion and the speed (`metainfer generate`)."
-    from dataclasses import asdict
-    from metainfer.engine.llm import LLM
+# %% ../../nbs/entrypoints/15_cli.ipynb #f0d2ed25
+def _sampling_params(args):
+    "The `SamplingParams` of `generate`'s sampling flags."
     from metainfer.engine.sequence import SamplingParams
-    from metainfer.testing import default_model_dir
 
-    model = args.model or default_model_dir()
-    if not args.model:
-        print(
-            f"model: embedded default {model.name}: a tiny Qwen3 trained here on the King James "
-            "Bible and fortune quotations (expect their register, not facts)"
-        )
-    llm = LLM(**asdict(engine_config(args, str(model))))
-    params = SamplingParams(
+    return SamplingParams(
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
@@ -37,9 +27,10 @@ def generate_main(args) -> None:
         seed=args.sampling_seed,
         ignore_eos=args.ignore_eos,
     )
-    start = time.perf_counter()
-    outs = llm.generate(args.prompt, params, use_tqdm=False)
-    elapsed = time.perf_counter() - start
+
+# %% ../../nbs/entrypoints/15_cli.ipynb #86612cff
+def _print_outputs(outs, elapsed: float, runner) -> None:
+    "Each completion, then the speed of them all (`runner`: where they ran)."
     n = sum(len(o.outputs[0].token_ids) for o in outs)
     for o in outs:
         c = o.outputs[0]
@@ -49,10 +40,29 @@ def generate_main(args) -> None:
         )
     print(
         f"\n{n} tokens in {elapsed:.2f} s: {n / elapsed:.1f} tokens/s "
-        f"({len(outs)} prompts, {llm.engine.runner.device}, {llm.engine.runner.dtype})"
+        f"({len(outs)} prompts, {runner.device}, {runner.dtype})"
     )
 
+# %% ../../nbs/entrypoints/15_cli.ipynb #728bf555
+def generate_main(args) -> None:
+    "Complete the prompts offline; print each completion and the speed (`metainfer generate`)."
+    from dataclasses import asdict
+    from metainfer.engine.llm import LLM
+    from metainfer.testing import default_model_dir
 
+    model = args.model or default_model_dir()
+    if not args.model:
+        print(
+            f"model: embedded default {model.name}: a tiny Qwen3 trained here on the King James "
+            "Bible and fortune quotations (expect their register, not facts)"
+        )
+    llm = LLM(**asdict(engine_config(args, str(model))))
+    params = _sampling_params(args)
+    start = time.perf_counter()
+    outs = llm.generate(args.prompt, params, use_tqdm=False)
+    _print_outputs(outs, time.perf_counter() - start, llm.engine.runner)
+
+# %% ../../nbs/entrypoints/15_cli.ipynb #6f95e380
 def add_generate_parser(sub) -> None:
     g = sub.add_parser(
         "generate",
@@ -72,7 +82,7 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=None, dest="sampling_seed", help="sampling seed")
     g.set_defaults(func=generate_main)
 
-# %% ../../nbs/entrypoints/15_cli.ipynb #bce1b908
+# %% ../../nbs/entrypoints/15_cli.ipynb #2d1eb132
 def serve_cmd(args) -> None:
     """`metainfer serve`: the server on node 0 (torchrun's rank 0); the workers only on another
     node (`--headless`) or for torchrun's other ranks."""
@@ -92,7 +102,7 @@ def serve_cmd(args) -> None:
 
     serve_main(args)
 
-
+# %% ../../nbs/entrypoints/15_cli.ipynb #3293fe39
 def add_serve_parser(sub) -> None:
     s = sub.add_parser(
         "serve",
@@ -102,14 +112,14 @@ def add_serve_parser(sub) -> None:
     add_serve_args(s)
     s.set_defaults(func=serve_cmd)
 
-# %% ../../nbs/entrypoints/15_cli.ipynb #1a1a7000
+# %% ../../nbs/entrypoints/15_cli.ipynb #0b07ca8e
 class OneLineParser(argparse.ArgumentParser):
     "argparse whose errors are one line on stderr (the usage is a `--help` away), exit code 2."
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-
+# %% ../../nbs/entrypoints/15_cli.ipynb #6e928c35
 def build_parser() -> argparse.ArgumentParser:
     from metainfer import __version__
 
@@ -124,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parsers(bench.add_subparsers(dest="mode", required=True))
     return p
 
-
+# %% ../../nbs/entrypoints/15_cli.ipynb #7346dd8e
 def main(argv: list[str] | None = None) -> None:
     "Entry point of the `metainfer` console script."
     argv = sys.argv[1:] if argv is None else list(argv)

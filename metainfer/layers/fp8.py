@@ -15,11 +15,11 @@ from .linear import LinearBase
 __all__ = ['FP8', 'FP8_MAX', 'dequantize_fp8', 'Fp8Weight', 'quantize_fp8', 'expand_scale', 'Fp8Scheme', 'fp8_scheme',
            'fp8_parameter', 'quantize_model']
 
-# %% ../../nbs/layers/05a_fp8.ipynb #f8005
+# %% ../../nbs/layers/05a_fp8.ipynb #c8f2e77f
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448: the largest e4m3 value
 
-
+# %% ../../nbs/layers/05a_fp8.ipynb #faccc554
 def dequantize_fp8(data: Tensor, scale: Tensor, group: int, dtype=torch.float32) -> Tensor:
     """`data · scale` `[..., N, K]`, each scale `[..., N, ceil(K / group)]` over its group (by
     broadcasting where groups are whole: no `[N, K]` copy of the scales)."""
@@ -32,7 +32,7 @@ def dequantize_fp8(data: Tensor, scale: Tensor, group: int, dtype=torch.float32)
         w = data.float() * scale.float().repeat_interleave(group, -1)[..., :K]
     return w.to(dtype)
 
-# %% ../../nbs/layers/05a_fp8.ipynb #f8008
+# %% ../../nbs/layers/05a_fp8.ipynb #4259f869
 @dataclass(frozen=True)
 class Fp8Weight:
     "An FP8 weight and its scales: `w[n, k] = data[n, k] · scale[n, k // group]`."
@@ -44,10 +44,6 @@ class Fp8Weight:
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)
 
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        "The weight in `dtype`."
-        return dequantize_fp8(self.data, self.scale, self.group, dtype)
-
     @cached_property
     def scale_columns(self) -> Tensor:
         """The scales as `[ceil(K / group), N]` rows: the layout cuBLAS's FP8 GEMM reads 1 × 128
@@ -55,6 +51,12 @@ class Fp8Weight:
         capturing = self.scale.is_cuda and torch.cuda.is_current_stream_capturing()
         assert not capturing, "made before graph capture"
         return self.scale.t().contiguous()
+
+# %% ../../nbs/layers/05a_fp8.ipynb #ee70d331
+@patch
+def dequantize(self: Fp8Weight, dtype: torch.dtype = torch.float32) -> Tensor:
+    "The weight in `dtype`."
+    return dequantize_fp8(self.data, self.scale, self.group, dtype)
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8011
 def quantize_fp8(w: Tensor, block: tuple[int, int]) -> tuple[Tensor, Tensor]:

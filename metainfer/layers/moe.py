@@ -23,7 +23,7 @@ from .fp8 import Fp8Scheme, Fp8Weight, fp8_parameter
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['DeepseekMLP', 'is_moe_layer', 'TorchMoE', 'FusedMoE', 'expert_params_mapping', 'fused_moe_ref', 'DeepseekMoE']
+__all__ = ['DeepseekMLP', 'is_moe_layer', 'fused_moe_ref', 'TorchMoE', 'FusedMoE', 'expert_params_mapping', 'DeepseekMoE']
 
 # %% ../../nbs/layers/09b_moe.ipynb #c005
 class DeepseekMLP(nn.Module):
@@ -54,8 +54,10 @@ class DeepseekMLP(nn.Module):
             kernels=kernels,
         )
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))
+# %% ../../nbs/layers/09b_moe.ipynb #b0d9128b
+@patch
+def forward(self: DeepseekMLP, x: Tensor) -> Tensor:
+    return self.down_proj(self.gate_up_proj(x, act="silu_and_mul"))
 
 # %% ../../nbs/layers/09b_moe.ipynb #c008
 def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
@@ -68,17 +70,50 @@ def is_moe_layer(cfg: ModelConfig, i: int) -> bool:
         and i % h.get("moe_layer_freq", 1) == 0
     )
 
-# %% ../../nbs/layers/09b_moe.ipynb #c012
+# %% ../../nbs/layers/09b_moe.ipynb #c0a4f1a6
+def fused_moe_ref(
+    x: Tensor,
+    gate_up: Tensor,
+    down: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    expert_start: int = 0,
+    add: Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> Tensor:
+    """`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il,
+    D]`, `down` `[El, D, Il]`)."""
+    if not isinstance(gate_up, Tensor):  # FP8 experts: the reference computes in x's dtype
+        gate_up, down = gate_up.dequantize(x.dtype), down.dequantize(x.dtype)
+    El, K = gate_up.shape[0], topk_ids.shape[1]
+    local = topk_ids - expert_start
+    # [T·K]; El: another rank's expert
+    eid = torch.where((local >= 0) & (local < El), local, El).flatten()
+    order = eid.argsort(stable=True)  # pairs sorted by expert
+    counts = torch.bincount(eid, minlength=El + 1).tolist()
+    token = order // K  # [T·K] token of each sorted pair
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    start = 0
+    for e in range(El):
+        rows = slice(start, start + counts[e])
+        if counts[e]:
+            gate, up = (x[token[rows]] @ gate_up[e].T).chunk(2, -1)  # an expert's rows: [gate | up]
+            y = (F.silu(gate) * up) @ down[e].T  # [n, D]
+            out.index_add_(0, token[rows], y.float() * topk_weights.flatten()[order[rows], None])
+        start += counts[e]
+    return (out if add is None else out + add.float()).to(out_dtype or x.dtype)
+
+# %% ../../nbs/layers/09b_moe.ipynb #07755057
 class TorchMoE(TorchRouter):
     "Pure-torch MoE kernels: the CPU path and the oracle."
 
     fp8_experts = True  # takes FP8 expert weights (`Fp8Weight`s)
 
     def fused_moe(self, *args, **kwargs) -> Tensor:
-        "`fused_moe_ref`, defined below with the experts' weight layout."
+        "`fused_moe_ref`."
         return fused_moe_ref(*args, **kwargs)
 
-# %% ../../nbs/layers/09b_moe.ipynb #c013
+# %% ../../nbs/layers/09b_moe.ipynb #7ef75c07
 class FusedMoE(nn.Module):
     """The routed experts as stacked weights; this rank holds `E / ep_size` experts, each `I / (size
     / ep_size)` wide."""
@@ -101,10 +136,8 @@ class FusedMoE(nn.Module):
         width_ranks = divide(self.tp.size, ep)  # ranks that share one set of experts
         self.num_local_experts = divide(num_experts, ep)
         self.expert_start = self.tp.rank // width_ranks * self.num_local_experts
-        self.width, self.intermediate_size = (
-            divide(intermediate_size, width_ranks),
-            intermediate_size,
-        )
+        self.width = divide(intermediate_size, width_ranks)
+        self.intermediate_size = intermediate_size
         self.width_start = self.tp.rank % width_ranks * self.width
         El, Il = self.num_local_experts, self.width
         self.gate_up_proj = nn.Parameter(torch.empty(El, 2 * Il, hidden_size), requires_grad=False)
@@ -127,27 +160,29 @@ class FusedMoE(nn.Module):
             take(loaded, 0, self.width_start, self.width),
         )
 
-    def forward(
-        self, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None
-    ) -> Tensor:
-        """This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless
-        `reduce_results=False`."""
-        # 16 bits under TP: the partial sum in float32, rounded once after the sum (as
-        # `RowParallelLinear`'s)
-        gate_up, down = self.fp8 or (self.gate_up_proj, self.down_proj)  # Fp8Weights, or plain
-        y = self.kernels.fused_moe(
-            x,
-            gate_up,
-            down,
-            topk_weights,
-            topk_ids,
-            self.expert_start,
-            add,
-            out_dtype=self.tp.partial_dtype(x.dtype),
-        )
-        return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
+# %% ../../nbs/layers/09b_moe.ipynb #316298b1
+@patch
+def forward(  # noqa: F811
+    self: FusedMoE, x: Tensor, topk_weights: Tensor, topk_ids: Tensor, add: Tensor | None = None
+) -> Tensor:
+    """This rank's experts' sum (`+ add`, e.g. the shared experts' part), all-reduced unless
+    `reduce_results=False`."""
+    # 16 bits under TP: the partial sum in float32, rounded once after the sum (as
+    # `RowParallelLinear`'s)
+    gate_up, down = self.fp8 or (self.gate_up_proj, self.down_proj)  # Fp8Weights, or plain
+    y = self.kernels.fused_moe(
+        x,
+        gate_up,
+        down,
+        topk_weights,
+        topk_ids,
+        self.expert_start,
+        add,
+        out_dtype=self.tp.partial_dtype(x.dtype),
+    )
+    return self.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
 
-# %% ../../nbs/layers/09b_moe.ipynb #c013b
+# %% ../../nbs/layers/09b_moe.ipynb #d20bf9c4
 @patch
 def use_fp8(self: FusedMoE, scheme: Fp8Scheme) -> None:
     "Store the experts in FP8, each weight with float32 scales per row and group of columns."
@@ -165,7 +200,7 @@ def use_fp8(self: FusedMoE, scheme: Fp8Scheme) -> None:
         Fp8Weight(self.down_proj, self.down_proj_scale, dn),
     )
 
-
+# %% ../../nbs/layers/09b_moe.ipynb #a3c0888a
 @patch(as_prop=True)
 def keeps_dense(self: FusedMoE) -> str | None:
     "Why the experts stay in the compute dtype: kernels that take no FP8 experts."
@@ -185,41 +220,7 @@ def expert_params_mapping(num_experts: int) -> dict[str, tuple[str, int, int]]:
         for proj, param, shard in projs
     }
 
-# %% ../../nbs/layers/09b_moe.ipynb #c018
-def fused_moe_ref(
-    x: Tensor,
-    gate_up: Tensor,
-    down: Tensor,
-    topk_weights: Tensor,
-    topk_ids: Tensor,
-    expert_start: int = 0,
-    add: Tensor | None = None,
-    out_dtype: torch.dtype | None = None,
-) -> Tensor:
-    """`Σ_k w_k · expert_{id_k}(x)` (`+ add`) over the experts this rank holds (`gate_up` `[El, 2Il,
-    D]`, `down` `[El, D, Il]`)."""
-    if not isinstance(gate_up, Tensor):  # FP8 experts: the reference computes in x's dtype
-        gate_up, down = gate_up.dequantize(x.dtype), down.dequantize(x.dtype)
-    El, K = gate_up.shape[0], topk_ids.shape[1]
-    local = topk_ids - expert_start
-    eid = torch.where(
-        (local >= 0) & (local < El), local, El
-    ).flatten()  # [T·K]; El: another rank's expert
-    order = eid.argsort(stable=True)  # pairs sorted by expert
-    counts = torch.bincount(eid, minlength=El + 1).tolist()
-    token = order // K  # [T·K] token of each sorted pair
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    start = 0
-    for e in range(El):
-        rows = slice(start, start + counts[e])
-        if counts[e]:
-            gate, up = (x[token[rows]] @ gate_up[e].T).chunk(2, -1)  # an expert's rows: [gate | up]
-            y = (F.silu(gate) * up) @ down[e].T  # [n, D]
-            out.index_add_(0, token[rows], y.float() * topk_weights.flatten()[order[rows], None])
-        start += counts[e]
-    return (out if add is None else out + add.float()).to(out_dtype or x.dtype)
-
-# %% ../../nbs/layers/09b_moe.ipynb #c022
+# %% ../../nbs/layers/09b_moe.ipynb #995f1b34
 class DeepseekMoE(nn.Module):
     "DeepSeek MoE: `Σ_k w_k · expert_k(x)` over the routed top-k, plus the shared experts."
 
@@ -233,9 +234,8 @@ class DeepseekMoE(nn.Module):
         kernels: TorchMoE = TorchMoE(),
     ):
         super().__init__()
-        self.reduce_results = (
-            reduce_results  # False: return this rank's partial sum (the caller reduces)
-        )
+        # False: return this rank's partial sum (the caller reduces)
+        self.reduce_results = reduce_results
         h = cfg.hf
         self.gate = MoEGate(cfg, kernels)
         # both parts stop at this rank's partial sum: added together, they need one all-reduce, not
@@ -261,9 +261,10 @@ class DeepseekMoE(nn.Module):
                 kernels=ops,
             )
 
-    def forward(self, x: Tensor) -> Tensor:
-        shared = None if self.shared_experts is None else self.shared_experts(x)
-        y = self.experts(
-            x, *self.gate(x), add=shared
-        )  # float32 under TP in 16 bits: rounded once, after the sum
-        return self.experts.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y
+# %% ../../nbs/layers/09b_moe.ipynb #81411c97
+@patch
+def forward(self: DeepseekMoE, x: Tensor) -> Tensor:  # noqa: F811
+    shared = None if self.shared_experts is None else self.shared_experts(x)
+    # float32 under TP in 16 bits: rounded once, after the sum
+    y = self.experts(x, *self.gate(x), add=shared)
+    return self.experts.tp.all_reduce(y).to(x.dtype) if self.reduce_results else y

@@ -19,9 +19,9 @@ from ...engine.sequence import SamplingParams
 from ...distributed.workers import WorkerDied
 
 # %% auto #0
-__all__ = ['ACCEPTED', 'LATEST', 'EngineStats', 'Add', 'Abort', 'EngineError', 'RequestStream', 'AsyncLLMEngine']
+__all__ = ['ACCEPTED', 'LATEST', 'EngineStats', 'Add', 'Abort', 'RequestStream', 'EngineError', 'AsyncLLMEngine']
 
-# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c020
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #9a903fe3
 @dataclass(frozen=True)
 class EngineStats:
     "What the engine thread last published: queues, KV blocks and counters."
@@ -36,30 +36,38 @@ class EngineStats:
     def kv_cache_usage(self) -> float:
         return 1 - self.num_free_kv_blocks / max(self.num_kv_blocks, 1)
 
-
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #9dbaa2a8
 @dataclass
 class Add:
+    "Command: add a request, whose outputs go to `stream`."
+
     request_id: str
     prompt: list[int]
     params: SamplingParams
     stream: RequestStream
     arrival: float = field(default_factory=time.monotonic)
 
-
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #4922c8ff
 @dataclass
 class Abort:
+    "Command: abort a request (it frees its blocks before the next step)."
+
     request_id: str
 
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #f5d3b867
+def _drain(q: queue.SimpleQueue) -> list:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
 
-class EngineError(RuntimeError):
-    """The engine failed while running this request, or stopped (the request is aborted; a 503, or a
-    stream's last error event)."""
-
-# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c021
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c136eb88
 ACCEPTED = object()
 LATEST = object()  # in a stream's queue: "take `latest`"
 
-
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #a473c884
 class RequestStream:
     """The outputs of one request, read on the event loop that added it. Outputs are cumulative, so
     a reader that falls behind needs only the newest: one waits here at most, whatever the lag."""
@@ -73,26 +81,57 @@ class RequestStream:
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> RequestOutput:
-        if self.finished:
-            raise StopAsyncIteration
-        item = await self.queue.get()
-        if item is LATEST:
-            item, self.latest = self.latest, None
-        if isinstance(item, BaseException):
-            self.finished = True
-            raise item
-        self.finished = item.finished
-        return item
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #3ebaea62
+@patch
+async def __anext__(self: RequestStream) -> RequestOutput:
+    if self.finished:
+        raise StopAsyncIteration
+    item = await self.queue.get()
+    if item is LATEST:
+        item, self.latest = self.latest, None
+    if isinstance(item, BaseException):
+        self.finished = True
+        raise item
+    self.finished = item.finished
+    return item
 
-    def abort(self) -> None:
-        """Stop the request unless it finished (idempotent); its blocks are freed before the next
-        step."""
-        if not self.finished:
-            self.finished = True
-            self.engine.commands.put(Abort(self.request_id))
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #3c440559
+class EngineError(RuntimeError):
+    """The engine failed while running this request, or stopped (the request is aborted; a 503, or a
+    stream's last error event)."""
 
-# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c023
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #8c8286fe
+@patch
+def abort(self: RequestStream) -> None:
+    """Stop the request unless it finished (idempotent); its blocks are freed before the next
+    step."""
+    if not self.finished:
+        self.finished = True
+        self.engine.commands.put(Abort(self.request_id))
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #957de819
+def _put_all(batch):
+    for s, x in batch:
+        if not isinstance(x, RequestOutput):
+            s.queue.put_nowait(x)
+            continue
+        if s.latest is None:  # else an older output waits: the newer one replaces it
+            s.queue.put_nowait(LATEST)
+        s.latest = x
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #53c7969b
+def _deliver(items: list[tuple[RequestStream, Any]]) -> None:
+    "Hand items to their streams: one `call_soon_threadsafe` per event loop."
+    by_loop = defaultdict(list)
+    for s, x in items:
+        by_loop[s.loop].append((s, x))
+    for loop, batch in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_put_all, batch)
+        except RuntimeError:
+            pass  # that loop is closed: nobody is listening any more
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #83523686
 class AsyncLLMEngine:
     """Runs an `LLMEngine` in its own thread; coroutines add and abort requests and read their
     outputs as streams."""
@@ -110,37 +149,141 @@ class AsyncLLMEngine:
         self.thread = threading.Thread(target=self._run, name="metainfer-engine", daemon=True)
         self.thread.start()
 
-    @classmethod
-    def from_engine_args(cls, model: str, **kwargs) -> AsyncLLMEngine:
-        return cls(LLMEngine.from_engine_args(model, **kwargs))
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #4645b3aa
+@patch
+def _publish(self: AsyncLLMEngine) -> None:
+    e = self.engine
+    self.stats = EngineStats(
+        len(e.scheduler.running),
+        len(e.scheduler.waiting),
+        len(e.requests),
+        e.block_manager.num_free_blocks,
+        e.runner.num_kv_blocks,
+    )
 
-    @property
-    def tokenizer(self):
-        return self.engine.tokenizer
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #b768e7f0
+@patch
+def _abort(self: AsyncLLMEngine, request_id: str) -> None:
+    "Drop a request's stream (the observers hear of it) and free its blocks."
+    if self.streams.pop(request_id, None) is not None:
+        for obs in self.observers:
+            obs.ended(request_id, "abort")
+    self.engine.abort_request(request_id)
 
-    @property
-    def max_model_len(self) -> int:
-        return self.engine.max_model_len
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #64d39fd9
+@patch
+def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
+    if isinstance(cmd, Abort):
+        self._abort(cmd.request_id)
+        return
+    try:
+        self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params)
+    except Exception as e:
+        err = e if isinstance(e, ValueError) else EngineError(f"could not add the request: {e}")
+        _deliver([(cmd.stream, err)])
+        return
+    self.streams[cmd.request_id] = cmd.stream
+    for obs in self.observers:
+        obs.added(cmd.request_id, self.engine.requests[cmd.request_id].seq, cmd.arrival)
+    _deliver([(cmd.stream, ACCEPTED)])
 
-    @property
-    def is_alive(self) -> bool:
-        "The thread runs and no tensor-parallel rank is gone (its step may be blocked on one)."
-        workers = getattr(self.engine, "workers", None)
-        return self.thread.is_alive() and not self.dead and not (workers and workers.failed)
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #63937ec2
+@patch
+def _step(self: AsyncLLMEngine) -> None:
+    try:
+        outs = self.engine.step()
+    except Exception as e:
+        if isinstance(e, WorkerDied):
+            raise  # the engine cannot go on: the thread ends, the server exits
+        self._fail_all(e)
+        return
+    for obs in self.observers:
+        obs.stepped(outs, self.engine)
+    done = [o for o in outs if o.finished]
+    items = [(self.streams[o.request_id], o) for o in outs if o.request_id in self.streams]
+    for o in done:
+        self.streams.pop(o.request_id, None)
+    self._publish()
+    _deliver(items)
 
-    @property
-    def is_idle(self) -> bool:
-        "No request in the engine or on its way in (read from any thread)."
-        return not self.streams and self.commands.empty()
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #f5306cad
+@patch
+def _fail_all(self: AsyncLLMEngine, e: Exception) -> None:
+    "`step` raised `e`: abort every request and end its stream with an `EngineError`."
+    logging.getLogger("metainfer").exception("engine step failed; aborting the requests in flight")
+    for rid in list(self.engine.requests):
+        self.engine.abort_request(rid)
+    failed, self.streams = self.streams, {}
+    for obs, rid in ((o, r) for o in self.observers for r in failed):
+        obs.ended(rid, "error")
+    self._publish()
+    _deliver([(s, EngineError(f"the engine failed: {e!r}")) for s in failed.values()])
 
-    def shutdown(self, timeout: float | None = None) -> bool:
-        """Stop the engine thread (requests in flight get an `EngineError`); whether it ended
-        within `timeout`. One blocked on a stopped rank never does: its workers here are stopped."""
-        self.commands.put(None)
-        self.thread.join(timeout)
-        if self.thread.is_alive() and (workers := getattr(self.engine, "workers", None)):
-            workers.stop(0)  # (those on other nodes see node 0 gone)
-        return not self.thread.is_alive()
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c8189fa4
+@patch
+def _next_command(self: AsyncLLMEngine):
+    "Wait for a command; meanwhile notice a tensor-parallel worker that died while idle."
+    while True:
+        try:
+            return self.commands.get(timeout=0.5)
+        except queue.Empty:
+            if (workers := getattr(self.engine, "workers", None)) is not None:
+                workers.raise_if_dead()
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #f49ab0f6
+@patch
+def _fail_pending(self: AsyncLLMEngine) -> None:
+    "The thread has ended: each request in flight, or on its way in, gets an `EngineError`."
+    why = "the server is shutting down" if self.draining else "the engine has stopped"
+    why += f": {self.failure}" if self.failure else ""
+    items = [(s, EngineError(why)) for s in self.streams.values()]
+    items += [(c.stream, EngineError(why)) for c in _drain(self.commands) if isinstance(c, Add)]
+    _deliver(items)
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #683b78e0
+@patch
+def _run(self: AsyncLLMEngine) -> None:
+    try:
+        while True:
+            cmds = [self._next_command()] if not self.engine.has_unfinished_requests() else []
+            cmds += _drain(self.commands)
+            if any(c is None for c in cmds):
+                return
+            for c in cmds:
+                self._apply(c)
+            if self.engine.has_unfinished_requests():
+                self._step()
+            else:
+                self._publish()
+    except BaseException as e:
+        self.failure = e
+        logging.getLogger("metainfer").exception("the engine thread died")
+    finally:
+        self.dead = True
+        self._fail_pending()
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #8cd69155
+@patch(as_prop=True)
+def tokenizer(self: AsyncLLMEngine):
+    return self.engine.tokenizer
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #02c4b89f
+@patch(as_prop=True)
+def max_model_len(self: AsyncLLMEngine) -> int:
+    return self.engine.max_model_len
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #4209a1f5
+@patch(as_prop=True)
+def is_alive(self: AsyncLLMEngine) -> bool:
+    "The thread runs and no tensor-parallel rank is gone (its step may be blocked on one)."
+    workers = getattr(self.engine, "workers", None)
+    return self.thread.is_alive() and not self.dead and not (workers and workers.failed)
+
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #bb16ac03
+@patch(as_prop=True)
+def is_idle(self: AsyncLLMEngine) -> bool:
+    "No request in the engine or on its way in (read from any thread)."
+    return not self.streams and self.commands.empty()
 
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c024
 @patch
@@ -168,130 +311,18 @@ async def add_request(
         raise first
     return stream
 
-# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c026
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #efe9f456
 @patch
-def _run(self: AsyncLLMEngine) -> None:
-    try:
-        while True:
-            cmds = [self._next_command()] if not self.engine.has_unfinished_requests() else []
-            cmds += _drain(self.commands)
-            if any(c is None for c in cmds):
-                return
-            for c in cmds:
-                self._apply(c)
-            if self.engine.has_unfinished_requests():
-                self._step()
-            else:
-                self._publish()
-    except BaseException as e:
-        self.failure = e
-        logging.getLogger("metainfer").exception("the engine thread died")
-    finally:
-        self.dead = True
-        why = "the server is shutting down" if self.draining else "the engine has stopped"
-        why += f": {self.failure}" if self.failure else ""
-        items = [(s, EngineError(why)) for s in self.streams.values()]
-        items += [(c.stream, EngineError(why)) for c in _drain(self.commands) if isinstance(c, Add)]
-        _deliver(items)
+def shutdown(self: AsyncLLMEngine, timeout: float | None = None) -> bool:
+    """Stop the engine thread (requests in flight get an `EngineError`); whether it ended
+    within `timeout`. One blocked on a stopped rank never does: its workers here are stopped."""
+    self.commands.put(None)
+    self.thread.join(timeout)
+    if self.thread.is_alive() and (workers := getattr(self.engine, "workers", None)):
+        workers.stop(0)  # (those on other nodes see node 0 gone)
+    return not self.thread.is_alive()
 
-
-@patch
-def _next_command(self: AsyncLLMEngine):
-    "Wait for a command; meanwhile notice a tensor-parallel worker that died while idle."
-    while True:
-        try:
-            return self.commands.get(timeout=0.5)
-        except queue.Empty:
-            if (workers := getattr(self.engine, "workers", None)) is not None:
-                workers.raise_if_dead()
-
-
-def _drain(q: queue.SimpleQueue) -> list:
-    out = []
-    while True:
-        try:
-            out.append(q.get_nowait())
-        except queue.Empty:
-            return out
-
-# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c027
-@patch
-def _apply(self: AsyncLLMEngine, cmd: Add | Abort) -> None:
-    if isinstance(cmd, Abort):
-        if self.streams.pop(cmd.request_id, None) is not None:
-            for obs in self.observers:
-                obs.ended(cmd.request_id, "abort")
-        self.engine.abort_request(cmd.request_id)
-        return
-    try:
-        self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params)
-    except Exception as e:
-        err = e if isinstance(e, ValueError) else EngineError(f"could not add the request: {e}")
-        _deliver([(cmd.stream, err)])
-        return
-    self.streams[cmd.request_id] = cmd.stream
-    for obs in self.observers:
-        obs.added(cmd.request_id, self.engine.requests[cmd.request_id].seq, cmd.arrival)
-    _deliver([(cmd.stream, ACCEPTED)])
-
-
-@patch
-def _step(self: AsyncLLMEngine) -> None:
-    try:
-        outs = self.engine.step()
-    except Exception as e:
-        if isinstance(e, WorkerDied):
-            raise  # the engine cannot go on: the thread ends, the server exits
-        logging.getLogger("metainfer").exception(
-            "engine step failed; aborting the requests in flight"
-        )
-        for rid in list(self.engine.requests):
-            self.engine.abort_request(rid)
-        failed, self.streams = self.streams, {}
-        for obs, rid in ((o, r) for o in self.observers for r in failed):
-            obs.ended(rid, "error")
-        self._publish()
-        _deliver([(s, EngineError(f"the engine failed: {e!r}")) for s in failed.values()])
-        return
-    for obs in self.observers:
-        obs.stepped(outs, self.engine)
-    done = [o for o in outs if o.finished]
-    items = [(self.streams[o.request_id], o) for o in outs if o.request_id in self.streams]
-    for o in done:
-        self.streams.pop(o.request_id, None)
-    self._publish()
-    _deliver(items)
-
-# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #c028
-@patch
-def _publish(self: AsyncLLMEngine) -> None:
-    e = self.engine
-    self.stats = EngineStats(
-        len(e.scheduler.running),
-        len(e.scheduler.waiting),
-        len(e.requests),
-        e.block_manager.num_free_blocks,
-        e.runner.num_kv_blocks,
-    )
-
-
-def _deliver(items: list[tuple[RequestStream, Any]]) -> None:
-    "Hand items to their streams: one `call_soon_threadsafe` per event loop."
-    by_loop = defaultdict(list)
-    for s, x in items:
-        by_loop[s.loop].append((s, x))
-    for loop, batch in by_loop.items():
-        try:
-            loop.call_soon_threadsafe(_put_all, batch)
-        except RuntimeError:
-            pass  # that loop is closed: nobody is listening any more
-
-
-def _put_all(batch):
-    for s, x in batch:
-        if not isinstance(x, RequestOutput):
-            s.queue.put_nowait(x)
-            continue
-        if s.latest is None:  # else an older output waits: the newer one replaces it
-            s.queue.put_nowait(LATEST)
-        s.latest = x
+# %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #5d631b04
+@patch(cls_method=True)
+def from_engine_args(cls: AsyncLLMEngine, model: str, **kwargs) -> AsyncLLMEngine:
+    return cls(LLMEngine.from_engine_args(model, **kwargs))
