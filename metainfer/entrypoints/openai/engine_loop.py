@@ -247,7 +247,8 @@ def _run(self: AsyncLLMEngine) -> None:
         while True:
             cmds = [self._next_command()] if not self.engine.has_unfinished_requests() else []
             cmds += _drain(self.commands)
-            if any(c is None for c in cmds):
+            if None in cmds:  # `shutdown`: what came with it goes back, for `_fail_pending`
+                list(map(self.commands.put, [c for c in cmds if c is not None]))
                 return
             for c in cmds:
                 self._apply(c)
