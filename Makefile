@@ -99,9 +99,10 @@ sync: install  ## fail if nbdev_export would change metainfer/ or nbdev_clean wo
 readme:  ## write README.md from nbs/index.ipynb (stand-in for nbdev_readme, which needs Quarto)
 	$(PYTHON) tools/make_readme.py $(README_ARGS)
 
-lint: install  ## ruff over the notebooks, the package, tests and tools (line length 100), and ruff format --check
+lint: install  ## ruff (line length 100), ruff format --check, and tools/nb_stats.py --check (short cells, demos, show_doc)
 	$(VENV)/bin/ruff check nbs metainfer tests tools
 	$(VENV)/bin/ruff format --check nbs tests tools
+	$(PYTHON) tools/nb_stats.py --check
 
 readme-check:  ## fail if README.md differs from what `make readme` would write
 	$(PYTHON) tools/make_readme.py --check $(README_ARGS)

@@ -12,15 +12,81 @@ from ...config import add_engine_args
 from ..chat_parsing import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 # %% auto #0
-__all__ = ['LOG_LEVELS', 'add_serve_args', 'add_vllm_serve_args', 'cors_options', 'StartupError', 'check_model_folder',
+__all__ = ['LOG_LEVELS', 'add_vllm_serve_args', 'add_serve_args', 'cors_options', 'StartupError', 'check_model_folder',
            'chat_template_of']
 
-# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c3b720dc
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #d36fdcbf
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
 
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #88adab2d
+def _chat_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="accepted (vLLM's flag): a chat that sends tools always has its calls parsed",
+    )
+    a(
+        "--tool-call-parser",
+        default="hermes",
+        choices=TOOL_CALL_PARSERS,
+        help="how tool calls are read from a reply (hermes: Qwen's <tool_call>{json}</tool_call>)",
+    )
+    a(
+        "--chat-template",
+        default=None,
+        help="the chat template: a file, or the Jinja template itself (default: the tokenizer's)",
+    )
 
-def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    "The flags of `metainfer serve`: the model, the server's own flags, then `add_engine_args`."
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #edb2434a
+def _log_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a(
+        "--enable-log-requests",
+        dest="log_requests",
+        action="store_true",
+        default=False,
+        help="log each request's id, prompt length and sampling parameters",
+    )
+    a(
+        "--disable-log-requests",
+        dest="log_requests",
+        action="store_false",
+        default=False,
+        help="do not log requests (the default; vLLM's older flag)",
+    )
+    a(
+        "--uvicorn-log-level",
+        default=None,
+        choices=[*LOG_LEVELS, "trace"],
+        help="uvicorn's log (default: --log-level)",
+    )
+
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #247a16a6
+def _http_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--allowed-origins", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
+    a("--allowed-methods", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
+    a("--allowed-headers", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
+    a("--allow-credentials", action="store_true", help="CORS: allow credentials")
+    a("--root-path", default=None, help="the path prefix a proxy in front of the server adds")
+    a("--ssl-keyfile", default=None, help="HTTPS: the key file")
+    a("--ssl-certfile", default=None, help="HTTPS: the certificate file")
+    a(
+        "--headless",
+        action="store_true",
+        help="a node other than 0 (--node-rank N): run its ranks' workers, serve no HTTP",
+    )
+
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #19aff8c5
+def add_vllm_serve_args(p: argparse.ArgumentParser) -> None:
+    "The rest of `vllm serve`'s server flags, with its names and meanings."
+    _chat_flags(p)
+    _log_flags(p)
+    _http_flags(p)
+
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #71984fcc
+def _listen_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model", nargs="?", help="checkpoint folder (default: the embedded tiny trained Qwen3)"
     )
@@ -41,6 +107,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default=None,
         help="model name(s) clients use (default: the model argument as given)",
     )
+
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c76f2fb4
+def _behaviour_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reasoning-parser",
         default=None,
@@ -66,73 +135,26 @@ def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=LOG_LEVELS,
         help="metainfer's log; debug: also a traceback for a start-up error",
     )
+
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #752e867b
+def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    "The flags of `metainfer serve`: the model, the server's own flags, then `add_engine_args`."
+    _listen_flags(p)
+    _behaviour_flags(p)
     add_vllm_serve_args(p)
     return add_engine_args(p)
 
-
-def add_vllm_serve_args(p: argparse.ArgumentParser) -> None:
-    "The rest of `vllm serve`'s server flags, with its names and meanings."
-    a = p.add_argument
-    a(
-        "--enable-auto-tool-choice",
-        action="store_true",
-        help="accepted (vLLM's flag): a chat that sends tools always has its calls parsed",
-    )
-    a(
-        "--tool-call-parser",
-        default="hermes",
-        choices=TOOL_CALL_PARSERS,
-        help="how tool calls are read from a reply (hermes: Qwen's <tool_call>{json}</tool_call>)",
-    )
-    a(
-        "--chat-template",
-        default=None,
-        help="the chat template: a file, or the Jinja template itself (default: the tokenizer's)",
-    )
-    a(
-        "--enable-log-requests",
-        dest="log_requests",
-        action="store_true",
-        default=False,
-        help="log each request's id, prompt length and sampling parameters",
-    )
-    a(
-        "--disable-log-requests",
-        dest="log_requests",
-        action="store_false",
-        default=False,
-        help="do not log requests (the default; vLLM's older flag)",
-    )
-    a(
-        "--uvicorn-log-level",
-        default=None,
-        choices=[*LOG_LEVELS, "trace"],
-        help="uvicorn's log (default: --log-level)",
-    )
-    a("--allowed-origins", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
-    a("--allowed-methods", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
-    a("--allowed-headers", type=json.loads, default=["*"], help='CORS: JSON list (["*"])')
-    a("--allow-credentials", action="store_true", help="CORS: allow credentials")
-    a("--root-path", default=None, help="the path prefix a proxy in front of the server adds")
-    a("--ssl-keyfile", default=None, help="HTTPS: the key file")
-    a("--ssl-certfile", default=None, help="HTTPS: the certificate file")
-    a(
-        "--headless",
-        action="store_true",
-        help="a node other than 0 (--node-rank N): run its ranks' workers, serve no HTTP",
-    )
-
-
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c9008603
 def cors_options(args: argparse.Namespace) -> dict:
     "`CORSMiddleware`'s options from the CORS flags."
     cors = {f"allow_{k}": getattr(args, f"allowed_{k}") for k in ("origins", "methods", "headers")}
     return cors | {"allow_credentials": args.allow_credentials}
 
-# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #ca01
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #cac580c4
 class StartupError(Exception):
     "A user's mistake found at start-up: the CLI prints it on one line and exits 1."
 
-
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #7a74cb29
 def check_model_folder(model: str) -> None:
     "A `StartupError` with a hint unless `model` is a checkpoint folder (nothing is downloaded)."
     path = Path(model)
@@ -147,7 +169,7 @@ def check_model_folder(model: str) -> None:
         )
     raise StartupError(f"model folder {model} does not exist: pass a checkpoint folder")
 
-
+# %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #64b37574
 def chat_template_of(value: str | None) -> str | None:
     """`--chat-template`: a file's text, or the template itself (vLLM's rule: text with `{`, `}` or
     a newline is a template, anything else names a file)."""

@@ -18,7 +18,7 @@ from .protocol import SamplingRequest, ChatCompletionRequest
 __all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
            'chat_logprobs', 'choice_logprobs', 'echo_texts', 'chat_message', 'chat_finish_reason']
 
-# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c034
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c5c9ed99
 async def text_deltas(
     stream: RequestStream, params: SamplingParams
 ) -> AsyncIterator[tuple[str, int, RequestOutput]]:
@@ -33,7 +33,7 @@ async def text_deltas(
         yield c.text[sent_text:end], sent_ids, out
         sent_text, sent_ids = end, len(c.token_ids)
 
-# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c037
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #4376f6e2
 def usage(outs: list[RequestOutput], n: int = 1) -> dict:
     """The token counts of a response's choices (in order): each prompt once (its `n` choices share
     it), every completion."""
@@ -43,11 +43,11 @@ def usage(outs: list[RequestOutput], n: int = 1) -> dict:
     )
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #ed3f8a56
 def response_head(rid: str, model: str, obj: str) -> dict:
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model}
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #6920e9cb
 def completion_choice(
     text: str,
     finish_reason: str | None,
@@ -64,7 +64,7 @@ def completion_choice(
         "stop_reason": stop_reason,
     } | ({"token_ids": token_ids} if token_ids is not None else {})
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #408db5e2
 def chat_choice(
     key: str,
     message: dict,
@@ -83,19 +83,19 @@ def chat_choice(
         "stop_reason": stop_reason,
     } | ({"token_ids": token_ids} if token_ids is not None else {})
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #a06646d1
 def sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
-# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #7313a3d3
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #8a3029f0
 def _token_text(token_id: int, lp: Logprob) -> str:
     return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #473dc8f6
 def _finite(x: float) -> float:
     return x if x > -9999.0 else -9999.0  # (NaN too: JSON has none)
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #df37ec9e
 def completion_logprobs(
     ids: list[int], entries: list[dict[int, Logprob] | None], offset: int = 0, tokenizer=None
 ) -> dict:
@@ -121,7 +121,7 @@ def completion_logprobs(
         "text_offset": list(accumulate(map(len, tokens[:-1]), initial=offset)) if tokens else [],
     }
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #207c6f60
 def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -> dict:
     "The chat `logprobs` of tokens `ids`, with the `top` likeliest tokens at each."
 
@@ -137,7 +137,7 @@ def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -
         ]
     }
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #7e5bb99a
 def choice_logprobs(
     req: SamplingRequest,
     out: RequestOutput,
@@ -158,7 +158,7 @@ def choice_logprobs(
         ids, entries = out.prompt_token_ids + ids, out.prompt_logprobs + entries
     return completion_logprobs(ids, entries, offset, tokenizer)
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #306e468b
 def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
     """What an `echo` request's choices start with, per prompt: the prompt as sent, or its token ids
     decoded."""
@@ -169,7 +169,7 @@ def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
         for p in prompt_list(req)
     ]
 
-# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #9ecf4f1c
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #0f13c7c1
 def chat_message(parts: dict, reasoning: bool) -> dict:
     """A chat response's message from what `ChatOutputParser` gave (`reasoning`: the server splits
     reasoning off)."""
@@ -180,6 +180,6 @@ def chat_message(parts: dict, reasoning: bool) -> dict:
         | ({"tool_calls": calls} if calls else {})
     )
 
-
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #d3d9e477
 def chat_finish_reason(c, reason: str | None) -> str | None:  # c: a `Choice` (16f_serving)
     return "tool_calls" if reason == "stop" and c.parser.num_calls else reason

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 __all__ = ['FINISH_REASONS', 'TTFT_BUCKETS', 'TOKEN_GAP_BUCKETS', 'REQUEST_BUCKETS', 'build_1_2_5_buckets', 'RequestTimes',
            'ServerMetrics']
 
-# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #me04
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #4713679d
 FINISH_REASONS = ("stop", "length", "abort", "error")  # `finished_reason` label values
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0]
 TTFT_BUCKETS += [2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
@@ -22,7 +22,7 @@ TOKEN_GAP_BUCKETS += [2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
 REQUEST_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0]
 REQUEST_BUCKETS += [60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 
-
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #cdc2ccd6
 def build_1_2_5_buckets(max_value: int) -> list[int]:
     "1, 2, 5, 10, 20, 50, ... up to `max_value` (vLLM's buckets of token counts)."
     out, scale = [], 1
@@ -33,7 +33,7 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
             out.append(m * scale)
         scale *= 10
 
-# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #me06
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #64bfdfd2
 @dataclass
 class RequestTimes:
     "When a request arrived, and when its first and latest tokens came (`time.monotonic`)."
@@ -44,7 +44,7 @@ class RequestTimes:
     last: float = 0.0
     num_tokens: int = 0
 
-# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #me08
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #6f843056
 class ServerMetrics:
     """vLLM's metric names, types, buckets and labels in a `CollectorRegistry` of this server's own;
     the engine thread calls `added`, `stepped` and `ended`, a scrape calls `exposition`."""
@@ -53,78 +53,118 @@ class ServerMetrics:
         self.registry, self.requests = CollectorRegistry(), {}
         self.labels = {"model_name": model_name, "engine": "0"}
         self.cumulative = {"preemptions": 0, "queries": 0, "hits": 0}  # the engine's, last seen
-        g, c, h = self._gauge, self._counter, self._histogram
-        self.running = g("num_requests_running", "Number of requests in model execution batches.")
-        self.waiting = g("num_requests_waiting", "Number of requests waiting to be processed.")
-        self.kv_usage = g("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        self.queries = c("prefix_cache_queries", "Prefix cache queries, in queried tokens.")
-        self.hits = c("prefix_cache_hits", "Prefix cache hits, in cached tokens.")
-        self.preemptions = c("num_preemptions", "Cumulative number of preemption from the engine.")
-        self.prompt_tokens = c("prompt_tokens", "Number of prefill tokens processed.")
-        self.generation_tokens = c("generation_tokens", "Number of generation tokens processed.")
-        success = Counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [*self.labels, "finished_reason"],
-            registry=self.registry,
-        )
-        self.success = {r: success.labels(**self.labels, finished_reason=r) for r in FINISH_REASONS}
-        lengths = build_1_2_5_buckets(max_model_len)
-        self.prompt_len = h("request_prompt_tokens", "Number of prefill tokens processed.", lengths)
-        self.gen_len = h(
-            "request_generation_tokens", "Number of generation tokens processed.", lengths
-        )
-        self.ttft = h(
-            "time_to_first_token_seconds",
-            "Histogram of time to first token in seconds.",
-            TTFT_BUCKETS,
-        )
-        self.itl = h(
-            "inter_token_latency_seconds",
-            "Histogram of inter-token latency in seconds.",
-            TOKEN_GAP_BUCKETS,
-        )
-        self.tpot = h(
-            "request_time_per_output_token_seconds",
-            "Histogram of time_per_output_token_seconds per request.",
-            TOKEN_GAP_BUCKETS,
-        )
-        self.e2e = h(
-            "e2e_request_latency_seconds",
-            "Histogram of e2e request latency in seconds.",
-            REQUEST_BUCKETS,
-        )
-        self.queue = h(
-            "request_queue_time_seconds",
-            "Histogram of time spent in WAITING phase for request.",
-            REQUEST_BUCKETS,
-        )
+        self._add_counts()
+        self._add_histograms(max_model_len)
+        g = self._gauge
         self.in_engine = g("num_requests_in_engine", "Requests the engine holds.", "metainfer")
         self.free_blocks = g("num_free_kv_blocks", "Free KV blocks.", "metainfer")
         self.num_blocks = g("num_kv_blocks", "KV blocks in the pool.", "metainfer")
 
-    def _gauge(self, name: str, doc: str, prefix: str = "vllm") -> Gauge:
-        return Gauge(f"{prefix}:{name}", doc, list(self.labels), registry=self.registry).labels(
-            **self.labels
-        )
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #d29bc5e2
+@patch
+def _gauge(self: ServerMetrics, name: str, doc: str, prefix: str = "vllm") -> Gauge:
+    return Gauge(f"{prefix}:{name}", doc, list(self.labels), registry=self.registry).labels(
+        **self.labels
+    )
 
-    def _counter(self, name: str, doc: str) -> Counter:
-        return Counter(f"vllm:{name}", doc, list(self.labels), registry=self.registry).labels(
-            **self.labels
-        )
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #0d512618
+@patch
+def _counter(self: ServerMetrics, name: str, doc: str) -> Counter:
+    return Counter(f"vllm:{name}", doc, list(self.labels), registry=self.registry).labels(
+        **self.labels
+    )
 
-    def _histogram(self, name: str, doc: str, buckets: list) -> Histogram:
-        return Histogram(
-            f"vllm:{name}", doc, list(self.labels), registry=self.registry, buckets=buckets
-        ).labels(**self.labels)
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #431c8425
+@patch
+def _histogram(self: ServerMetrics, name: str, doc: str, buckets: list) -> Histogram:
+    return Histogram(
+        f"vllm:{name}", doc, list(self.labels), registry=self.registry, buckets=buckets
+    ).labels(**self.labels)
 
-# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #me10
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #e882080c
+@patch
+def _add_counts(self: ServerMetrics) -> None:
+    g, c = self._gauge, self._counter
+    self.running = g("num_requests_running", "Number of requests in model execution batches.")
+    self.waiting = g("num_requests_waiting", "Number of requests waiting to be processed.")
+    self.kv_usage = g("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+    self.queries = c("prefix_cache_queries", "Prefix cache queries, in queried tokens.")
+    self.hits = c("prefix_cache_hits", "Prefix cache hits, in cached tokens.")
+    self.preemptions = c("num_preemptions", "Cumulative number of preemption from the engine.")
+    self.prompt_tokens = c("prompt_tokens", "Number of prefill tokens processed.")
+    self.generation_tokens = c("generation_tokens", "Number of generation tokens processed.")
+    success = Counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        [*self.labels, "finished_reason"],
+        registry=self.registry,
+    )
+    self.success = {r: success.labels(**self.labels, finished_reason=r) for r in FINISH_REASONS}
+
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #b53af2be
+@patch
+def _add_histograms(self: ServerMetrics, max_model_len: int) -> None:
+    h, lengths = self._histogram, build_1_2_5_buckets(max_model_len)
+    self.prompt_len = h("request_prompt_tokens", "Number of prefill tokens processed.", lengths)
+    self.gen_len = h("request_generation_tokens", "Number of generation tokens processed.", lengths)
+    self.ttft = h(
+        "time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+    )
+    self.itl = h(
+        "inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        TOKEN_GAP_BUCKETS,
+    )
+    self.tpot = h(
+        "request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        TOKEN_GAP_BUCKETS,
+    )
+    self.e2e = h(
+        "e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        REQUEST_BUCKETS,
+    )
+    self.queue = h(
+        "request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        REQUEST_BUCKETS,
+    )
+
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #ccc869ae
 @patch
 def added(self: ServerMetrics, request_id: str, seq, arrival: float) -> None:
     "The engine accepted a request (engine thread)."
     self.requests[request_id] = RequestTimes(arrival, seq)
 
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #500f9a3b
+@patch
+def ended(self: ServerMetrics, request_id: str, reason: str, now: float | None = None) -> None:
+    "A request finished, was aborted or failed (engine thread)."
+    if (t := self.requests.pop(request_id, None)) is None:
+        return
+    now = time.monotonic() if now is None else now
+    self.success[reason if reason in self.success else "error"].inc()
+    self.e2e.observe(now - t.arrival)
+    self.prompt_len.observe(t.seq.num_prompt_tokens)
+    self.gen_len.observe(t.num_tokens)
+    if t.num_tokens > 1:
+        self.tpot.observe((t.last - t.first) / (t.num_tokens - 1))
 
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #dd05241b
+@patch
+def _count_engine(self: ServerMetrics, engine) -> None:
+    "Add to the counters what the engine's cumulative counts grew by since the last step."
+    bm, seen = engine.block_manager, self.cumulative
+    for key, counter, value in [
+        ("preemptions", self.preemptions, engine.scheduler.num_preemptions),
+        ("queries", self.queries, bm.num_cache_query_tokens),
+        ("hits", self.hits, bm.num_cache_hit_tokens),
+    ]:
+        counter.inc(max(value - seen[key], 0))
+        seen[key] = value
+
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #b44b4009
 @patch
 def stepped(self: ServerMetrics, outputs: list, engine) -> None:
     "A step's outputs (engine thread): first tokens, gaps between tokens, finished requests."
@@ -145,30 +185,9 @@ def stepped(self: ServerMetrics, outputs: list, engine) -> None:
             t.last, t.num_tokens = now, n
         if o.finished:
             self.ended(o.request_id, o.outputs[0].finish_reason, now)
-    bm, seen = engine.block_manager, self.cumulative
-    for key, counter, value in [
-        ("preemptions", self.preemptions, engine.scheduler.num_preemptions),
-        ("queries", self.queries, bm.num_cache_query_tokens),
-        ("hits", self.hits, bm.num_cache_hit_tokens),
-    ]:
-        counter.inc(max(value - seen[key], 0))
-        seen[key] = value
+    self._count_engine(engine)
 
-
-@patch
-def ended(self: ServerMetrics, request_id: str, reason: str, now: float | None = None) -> None:
-    "A request finished, was aborted or failed (engine thread)."
-    if (t := self.requests.pop(request_id, None)) is None:
-        return
-    now = time.monotonic() if now is None else now
-    self.success[reason if reason in self.success else "error"].inc()
-    self.e2e.observe(now - t.arrival)
-    self.prompt_len.observe(t.seq.num_prompt_tokens)
-    self.gen_len.observe(t.num_tokens)
-    if t.num_tokens > 1:
-        self.tpot.observe((t.last - t.first) / (t.num_tokens - 1))
-
-
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #bdd85954
 @patch
 def exposition(self: ServerMetrics, stats) -> bytes:
     "The registry in Prometheus' text format, the gauges set from the engine's latest `stats`."

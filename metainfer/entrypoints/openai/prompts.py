@@ -20,18 +20,18 @@ from metainfer.entrypoints.openai.protocol import (
 __all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict',
            'chat_prompt']
 
-# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c017
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c8ac1a7b
 def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
     "A completion request's prompts: one text or token-id list, or a list of them."
     p = req.prompt
     return p if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
 
-
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #4c03e931
 def prompt_count(req) -> int:
     "How many prompts a request has, known before tokenizing (a chat has one)."
     return len(prompt_list(req)) if isinstance(req, CompletionRequest) else 1
 
-
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #7d81107e
 def prompt_chars(req) -> int:
     "Characters of a request's longest text prompt (a chat's: its messages' contents together)."
     if isinstance(p := getattr(req, "prompt", None), str):
@@ -44,7 +44,7 @@ def prompt_chars(req) -> int:
         chars += len(c) if isinstance(c, str) else sum(len(x.text or "") for x in c or [])
     return chars
 
-
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #cf78a859
 def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
     "Token ids of each of a completion request's prompts."
     out = []
@@ -58,7 +58,7 @@ def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
         out.append(p)
     return out
 
-
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #3175ee2c
 def message_text(m: ChatMessage) -> str:
     if not isinstance(m.content, list):
         return m.content or ""
@@ -66,7 +66,7 @@ def message_text(m: ChatMessage) -> str:
         raise OpenAIError("only text content parts are supported", param="messages")
     return "\n".join(part.text for part in m.content)
 
-
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #0fd080a3
 def json_or_text(s: str) -> Any:
     """Tool call arguments as templates take them: the JSON object they hold, or the text if they
     hold none."""
@@ -75,7 +75,19 @@ def json_or_text(s: str) -> Any:
     except ValueError:
         return s
 
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #3dfdefe3
+def _tool_calls(m: ChatMessage) -> list[dict]:
+    "An assistant message's tool calls as chat templates take them (the arguments parsed)."
+    return [
+        {
+            "id": c.id,
+            "type": c.type,
+            "function": {"name": c.function.name, "arguments": json_or_text(c.function.arguments)},
+        }
+        for c in m.tool_calls
+    ]
 
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #079b781d
 def message_dict(m: ChatMessage) -> dict:
     """A message as chat templates take it (a `developer` message is OpenAI's newer name for a
     system message)."""
@@ -87,20 +99,29 @@ def message_dict(m: ChatMessage) -> dict:
     if m.reasoning_content is not None:
         d["reasoning_content"] = m.reasoning_content
     if m.tool_calls:
-        d["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": c.type,
-                "function": {
-                    "name": c.function.name,
-                    "arguments": json_or_text(c.function.arguments),
-                },
-            }
-            for c in m.tool_calls
-        ]
+        d["tool_calls"] = _tool_calls(m)
     return d
 
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #9a5fb28c
+def _render(req: ChatCompletionRequest, tokenizer, msgs: list[dict], tools) -> list[int]:
+    "The token ids of `msgs` (and `tools`) by the chat template; a 400 if it fails."
+    kwargs = (req.chat_template_kwargs or {}) | (
+        {"chat_template": req.chat_template} if req.chat_template is not None else {}
+    )  # (a request's template: only from a server that trusts it, see `check_request`)
+    try:
+        return chat_token_ids(
+            tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message, **kwargs
+        )
+    except (jinja2.TemplateError, ValueError) as e:  # the template's or our own message
+        raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
+    except Exception as e:  # (logged; a client sees no Python error text)
+        logging.getLogger("metainfer").warning("chat template failed", exc_info=e)
+        raise OpenAIError(
+            "could not apply the chat template to these messages and chat_template_kwargs",
+            param="messages",
+        ) from None
 
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #7ef05551
 def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
     """Token ids of a chat (its one prompt): the messages (and tools) rendered by the chat template,
     ready for the assistant."""
@@ -114,19 +135,4 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
         raise OpenAIError(
             "a forced tool_choice can't continue the final message", param="tool_choice"
         )
-    kwargs = (req.chat_template_kwargs or {}) | (
-        {"chat_template": req.chat_template} if req.chat_template is not None else {}
-    )  # (a request's template: only from a server that trusts it, see `check_request`)
-    try:
-        ids = chat_token_ids(
-            tokenizer, msgs, tools, req.add_generation_prompt, req.continue_final_message, **kwargs
-        )
-    except (jinja2.TemplateError, ValueError) as e:  # the template's or our own message
-        raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
-    except Exception as e:  # (logged; a client sees no Python error text)
-        logging.getLogger("metainfer").warning("chat template failed", exc_info=e)
-        raise OpenAIError(
-            "could not apply the chat template to these messages and chat_template_kwargs",
-            param="messages",
-        ) from None
-    return [ids]  # (a forced call: the reply's grammar, `tool_call_grammar`)
+    return [_render(req, tokenizer, msgs, tools)]  # (a forced call: the reply's grammar)

@@ -16,7 +16,7 @@ from metainfer.entrypoints.openai.protocol import (
 # %% auto #0
 __all__ = ['response_format', 'chat_request']
 
-# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #c005
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #cfa82b64
 def response_format(req: ResponsesRequest) -> dict | None:
     """`text.format` as chat's `response_format`: the Responses API spells a JSON schema's name,
     schema and strictness flat."""
@@ -26,9 +26,8 @@ def response_format(req: ResponsesRequest) -> dict | None:
     spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
     return {"type": "json_schema", "json_schema": spec}
 
-
-def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
-    "The chat request a response is made with, or a 400 for what this server doesn't do."
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #9563cc22
+def _check_stateless(req: ResponsesRequest) -> None:
     if req.previous_response_id:
         raise OpenAIError(
             "previous_response_id: this server stores no responses; send the "
@@ -42,63 +41,82 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             code="unsupported_parameter",
             param="background",
         )
-    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
 
-    def assistant() -> (
-        dict
-    ):  # the assistant turn that a reasoning, its text and its calls make up together
-        if not (messages and messages[-1]["role"] == "assistant"):
-            messages.append({"role": "assistant", "content": ""})
-        return messages[-1]
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #1306ea88
+def _text_of(parts) -> str:
+    return parts if isinstance(parts, str) else "\n".join(p.text for p in parts or [])  # (as chats)
 
-    text_of = lambda parts: (
-        parts if isinstance(parts, str) else "\n".join(p.text for p in parts or [])
-    )  # (as chats join parts)
-    for i, it in enumerate(
-        [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #aa547a2e
+def _assistant(messages: list[dict]) -> dict:
+    "The assistant turn that a reasoning, its text and its calls make up together (opened here)."
+    if not (messages and messages[-1]["role"] == "assistant"):
+        messages.append({"role": "assistant", "content": ""})
+    return messages[-1]
+
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #6a1b54d0
+def _add_call(messages: list[dict], i: int, it: InputItem) -> None:
+    "Add a `function_call` or `function_call_output` item (`input[i]`) to `messages`."
+    if it.type == "function_call":
+        if None in (it.call_id, it.name, it.arguments):
+            raise OpenAIError(
+                f"input[{i}]: a function_call needs call_id, name and arguments", param="input"
+            )
+        call = {"name": it.name, "arguments": it.arguments}
+        _assistant(messages).setdefault("tool_calls", []).append(
+            {"id": it.call_id, "type": "function", "function": call}
+        )
+        return
+    if it.call_id is None:
+        raise OpenAIError(f"input[{i}]: a function_call_output needs a call_id", param="input")
+    messages.append({"role": "tool", "tool_call_id": it.call_id, "content": it.output or ""})
+
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #7c039f86
+def _add_item(messages: list[dict], i: int, it: InputItem) -> None:
+    "Add input item `input[i]` to the chat's `messages`."
+    if it.type == "reasoning":
+        _assistant(messages)["reasoning_content"] = _text_of(it.content or it.summary)
+    elif (
+        it.type == "message"
+        and it.role == "assistant"
+        and not (m := _assistant(messages))["content"]
+        and "tool_calls" not in m
     ):
-        if it.type == "reasoning":
-            assistant()["reasoning_content"] = text_of(it.content or it.summary)
-        elif (
-            it.type == "message"
-            and it.role == "assistant"
-            and not (m := assistant())["content"]
-            and "tool_calls" not in m
-        ):
-            m["content"] = text_of(it.content)
-        elif it.type == "message":
-            if it.role is None:
-                raise OpenAIError(f"input[{i}]: a message needs a role", param="input")
-            messages.append({"role": it.role, "content": text_of(it.content)})
-        elif it.type == "function_call":
-            if None in (it.call_id, it.name, it.arguments):
-                raise OpenAIError(
-                    f"input[{i}]: a function_call needs call_id, name and arguments", param="input"
-                )
-            assistant().setdefault("tool_calls", []).append(
-                {
-                    "id": it.call_id,
-                    "type": "function",
-                    "function": {"name": it.name, "arguments": it.arguments},
-                }
-            )
-        else:
-            if it.call_id is None:
-                raise OpenAIError(
-                    f"input[{i}]: a function_call_output needs a call_id", param="input"
-                )
-            messages.append(
-                {"role": "tool", "tool_call_id": it.call_id, "content": it.output or ""}
-            )
+        m["content"] = _text_of(it.content)
+    elif it.type == "message":
+        if it.role is None:
+            raise OpenAIError(f"input[{i}]: a message needs a role", param="input")
+        messages.append({"role": it.role, "content": _text_of(it.content)})
+    else:
+        _add_call(messages, i, it)
+
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #b0695c32
+def _messages(req: ResponsesRequest) -> list[dict]:
+    "The chat's messages: the instructions as a system message, then the input's items."
+    messages = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    items = [InputItem(role="user", content=req.input)] if isinstance(req.input, str) else req.input
+    for i, it in enumerate(items):
+        _add_item(messages, i, it)
+    return messages
+
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #a5dc034f
+def _chat_tools(req: ResponsesRequest) -> tuple[list[dict], object]:
+    "The chat's `tools` and `tool_choice`."
     tools = [
         {"type": "function", "function": t.model_dump(exclude_none=True, exclude={"type"})}
         for t in req.tools or []
     ]
-    choice = (
-        req.tool_choice
-    )  # (a named function is flat here too: {"type": "function", "name": ...})
+    # (a named function is flat here too: {"type": "function", "name": ...})
+    choice = req.tool_choice
     if isinstance(choice, dict) and "name" in choice:
         choice = {"type": choice.get("type"), "function": {"name": choice["name"]}}
+    return tools, choice
+
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #21541e5e
+def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+    "The chat request a response is made with, or a 400 for what this server doesn't do."
+    _check_stateless(req)
+    messages = _messages(req)
+    tools, choice = _chat_tools(req)
     fields = {
         "model": req.model,
         "messages": messages,

@@ -19,11 +19,11 @@ __all__ = ['UNSUPPORTED', 'CHAT_UNSUPPORTED', 'COMPLETION_UNSUPPORTED', 'TOKEN_I
            'MAX_STOP_TOKEN_IDS', 'unsupported', 'check_supported', 'candidates_per_prompt', 'logit_bias_ids',
            'check_stop_limits', 'sampling_params']
 
-# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c013
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #ae7c539a
 def _asked(v: Any) -> bool:
     return v not in (None, False, "", [], {})
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #1cecb684
 # field -> whether a value asks for what this server doesn't do (neutral values pass): the fields
 # OpenAI and vLLM define for chats and completions that are not implemented here
 UNSUPPORTED = {
@@ -57,20 +57,22 @@ UNSUPPORTED = {
     "request_id": _asked,
     "prompt_embeds": _asked,
 }
+
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #741e6f50
 CHAT_UNSUPPORTED = {  # the same, for fields whose other endpoint does implement them
     "echo": _asked,
     "add_special_tokens": lambda v: v not in (None, False),
 }
 COMPLETION_UNSUPPORTED = {"add_special_tokens": lambda v: v not in (None, True)}
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #405ce3d6
 def unsupported(req) -> str | None:
     "The first field of `req` asking for a feature this server doesn't implement, if any."
     chat = isinstance(req, ChatCompletionRequest)
     table = UNSUPPORTED | (CHAT_UNSUPPORTED if chat else COMPLETION_UNSUPPORTED)
     return next((k for k, asks in table.items() if asks(getattr(req, k, None))), None)
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #f2b0fc52
 def check_supported(req) -> None:
     "A 400 naming the first field that asks for what this server doesn't do (checked once)."
     if (bad := unsupported(req)) is not None:
@@ -80,7 +82,7 @@ def check_supported(req) -> None:
             param=bad,
         )
 
-# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #c014
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #a840da08
 def candidates_per_prompt(req: SamplingRequest) -> int:
     """How many completions of each prompt the engine makes: `n`, or `best_of`, of which the `n`
     best are kept."""
@@ -97,10 +99,10 @@ def candidates_per_prompt(req: SamplingRequest) -> int:
         )
     return best_of
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #17ce0174
 TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,9}")  # ASCII digits, no sign, space, "_" or leading 0
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #4172a148
 def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
     """`logit_bias` keyed by token id: each key a canonical non-negative integer (`"5"`, not `" 5"`,
     `"05"`, `"1_0"` or `"٥"`, so no two keys name one id), each value a number; a 400 at the
@@ -119,12 +121,14 @@ def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
         out[int(k)] = float(v)
     return out
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #cc3a2d38
 # stop strings and stop token ids a request may give: the engine looks them up once per new token
 # at no cost that grows with them, but builds their tables once, in the thread every request shares
-MAX_STOP_STRINGS, MAX_STOP_CHARS, MAX_STOP_TOKEN_IDS = 64, 1024, 4096
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 1024
+MAX_STOP_TOKEN_IDS = 4096
 
-
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #1dbd80ae
 def check_stop_limits(req: SamplingRequest) -> None:
     "A 400 if `req` gives more stop strings (or longer ones) or stop token ids than the limits."
     stop = [req.stop] if isinstance(req.stop, str) else req.stop or []
@@ -138,15 +142,9 @@ def check_stop_limits(req: SamplingRequest) -> None:
             f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids", param="stop_token_ids"
         )
 
-
-def sampling_params(
-    req: SamplingRequest,
-    prompt_len: int,
-    max_model_len: int,
-    defaults: dict | None = None,  # for the fields `req` leaves out (generation_config.json's)
-) -> SamplingParams:
-    "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first)."
-    check_stop_limits(req)
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #3a16905c
+def _room(req: SamplingRequest, prompt_len: int, max_model_len: int, chat: bool) -> tuple:
+    "The context's room for the completion and the `max_tokens` asked for (`None`), or a 400."
     room = max_model_len - prompt_len
     if room < 1:
         raise OpenAIError(
@@ -155,7 +153,6 @@ def sampling_params(
             code="context_length_exceeded",
             param="prompt",
         )
-    chat = isinstance(req, ChatCompletionRequest)
     max_tokens = (req.max_completion_tokens if chat else None) or req.max_tokens
     if max_tokens is not None and max_tokens > room:
         raise OpenAIError(
@@ -165,16 +162,24 @@ def sampling_params(
             code="context_length_exceeded",
             param="max_tokens",
         )
+    return room, max_tokens
+
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #4c3637d0
+def _logprobs(req: SamplingRequest, chat: bool) -> tuple[int | None, int | None]:
+    "The `logprobs` and `prompt_logprobs` of `SamplingParams` for `req`."
     if chat and req.top_logprobs and not req.logprobs:
         raise OpenAIError("top_logprobs needs logprobs: true", param="top_logprobs")
     logprobs = ((req.top_logprobs or 0) if req.logprobs else None) if chat else req.logprobs
-    prompt_logprobs = (
-        logprobs if not chat and req.echo else None
-    )  # an echoed prompt comes with its logprobs
+    # an echoed prompt comes with its logprobs
+    prompt_logprobs = logprobs if not chat and req.echo else None
     if candidates_per_prompt(req) > (req.n or 1) and logprobs is None:
         logprobs = 0  # (best_of ranks by them)
-    bias = logit_bias_ids(req.logit_bias)
-    given = {
+    return logprobs, prompt_logprobs
+
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #bf8ebeee
+def _given(req: SamplingRequest, logprobs, prompt_logprobs, bias: dict[int, float]) -> dict:
+    "The `SamplingParams` fields `req` gives (those not `None`)."
+    return {
         k: v
         for k, v in dict(
             temperature=req.temperature,
@@ -199,6 +204,20 @@ def sampling_params(
         ).items()
         if v is not None
     }
+
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #ee5e1072
+def sampling_params(
+    req: SamplingRequest,
+    prompt_len: int,
+    max_model_len: int,
+    defaults: dict | None = None,  # for the fields `req` leaves out (generation_config.json's)
+) -> SamplingParams:
+    "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first)."
+    check_stop_limits(req)
+    chat = isinstance(req, ChatCompletionRequest)
+    room, max_tokens = _room(req, prompt_len, max_model_len, chat)
+    logprobs, prompt_logprobs = _logprobs(req, chat)
+    given = _given(req, logprobs, prompt_logprobs, logit_bias_ids(req.logit_bias))
     known = SamplingParams.__dataclass_fields__
     given = {k: v for k, v in (defaults or {}).items() if k in known} | given
     try:

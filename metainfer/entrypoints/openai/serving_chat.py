@@ -29,7 +29,7 @@ from .streaming import event_stream, stream_events, final_outputs
 # %% auto #0
 __all__ = ['output_parser', 'chat_completions']
 
-# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #c6925f97
+# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #0fccfb17
 def output_parser(
     st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]
 ) -> ChatOutputParser:
@@ -48,7 +48,23 @@ def output_parser(
     )
     return parser
 
-# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #c01b2e9f
+# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #a7064b06
+def _whole_choice(
+    req: ChatCompletionRequest, reasoning: bool, c: Choice, out: RequestOutput
+) -> dict:
+    "The choice `c` of a whole response, its last output `out` (`reasoning`: split reasoning off)."
+    o = out.outputs[0]
+    return chat_choice(
+        "message",
+        chat_message(c.parser.feed(o.text, final=True), reasoning),
+        chat_finish_reason(c, o.finish_reason),
+        o.token_ids if req.return_token_ids else None,
+        choice_logprobs(req, out),
+        c.index,
+        o.stop_reason,
+    )
+
+# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #cb6047a0
 async def chat_completions(request: Request):
     req, model, choices, rid = await submit(
         request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser
@@ -59,23 +75,10 @@ async def chat_completions(request: Request):
         )
     outs, ids = await final_outputs(choices, request), req.return_token_ids
     reasoning = server_state(request).reasoning_parser is not None
-
-    def choice(c: Choice, out: RequestOutput) -> dict:
-        o = out.outputs[0]
-        return chat_choice(
-            "message",
-            chat_message(c.parser.feed(o.text, final=True), reasoning),
-            chat_finish_reason(c, o.finish_reason),
-            o.token_ids if ids else None,
-            choice_logprobs(req, out),
-            c.index,
-            o.stop_reason,
-        )
-
     return JSONResponse(
         response_head(rid, model, "chat.completion")
         | {
-            "choices": [choice(c, o) for c, o in zip(choices, outs)],
+            "choices": [_whole_choice(req, reasoning, c, o) for c, o in zip(choices, outs)],
             "usage": usage(outs, req.n or 1),
         }
         | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {})

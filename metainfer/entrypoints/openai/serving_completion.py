@@ -32,7 +32,7 @@ from metainfer.entrypoints.openai.streaming import (
 # %% auto #0
 __all__ = ['best_of', 'completions']
 
-# %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #f397d220
+# %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #c354fa1a
 def best_of(
     made: list[tuple[Choice, RequestOutput]], n: int, per_prompt: int
 ) -> list[tuple[Choice, RequestOutput]]:
@@ -47,39 +47,41 @@ def best_of(
         for m in sorted(made[p : p + per_prompt], key=score, reverse=True)[:n]
     ]
 
-# %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #d22009d5
+# %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #247aa066
+def _whole_choice(
+    req: CompletionRequest, echoes, tokenizer, index: int, c: Choice, out: RequestOutput
+) -> dict:
+    "Choice `index` of a whole response: `out`'s completion (`echoes`: each prompt's echo)."
+    o, ids = out.outputs[0], req.return_token_ids
+    lps = (
+        choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer)
+        if req.logprobs is not None
+        else None
+    )
+    return completion_choice(
+        (echoes[c.prompt] if echoes else "") + o.text,
+        o.finish_reason,
+        o.token_ids if ids else None,
+        lps,
+        index,
+        o.stop_reason,
+    ) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
+
+# %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #191a58cc
 async def completions(request: Request):
     req, model, choices, rid = await submit(request, CompletionRequest, completion_prompts, "cmpl")
     tokenizer, head = server_state(request).tokenizer, response_head(rid, model, "text_completion")
     echoes = echo_texts(req, tokenizer)
     if req.stream:
         return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
-    outs, ids = (
-        with_prompt_logprobs(choices, await final_outputs(choices, request)),
-        req.return_token_ids,
-    )
-
-    def choice(index: int, c: Choice, out: RequestOutput) -> dict:
-        o = out.outputs[0]
-        lps = (
-            choice_logprobs(req, out, echo=echoes is not None, tokenizer=tokenizer)
-            if req.logprobs is not None
-            else None
-        )
-        return completion_choice(
-            (echoes[c.prompt] if echoes else "") + o.text,
-            o.finish_reason,
-            o.token_ids if ids else None,
-            lps,
-            index,
-            o.stop_reason,
-        ) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
-
+    outs = with_prompt_logprobs(choices, await final_outputs(choices, request))
     kept = best_of(list(zip(choices, outs)), req.n or 1, candidates_per_prompt(req))
     return JSONResponse(
         head
         | {
-            "choices": [choice(i, c, o) for i, (c, o) in enumerate(kept)],
+            "choices": [
+                _whole_choice(req, echoes, tokenizer, i, c, o) for i, (c, o) in enumerate(kept)
+            ],
             "usage": usage(outs, candidates_per_prompt(req)),
         }
     )  # (every completion made counts)

@@ -13,7 +13,7 @@ from .serving import check_model, server_state
 # %% auto #0
 __all__ = ['parse_metrics', 'health', 'model_card', 'models', 'model', 'metrics', 'version']
 
-# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #01078e6d
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #f951f786
 def parse_metrics(text: str) -> dict[str, float]:
     """`{name{labels}: value}` of a Prometheus text page, without the `vllm:`/`metainfer:` prefix
     and the `model_name` and `engine` labels (for tests)."""
@@ -28,7 +28,7 @@ def parse_metrics(text: str) -> dict[str, float]:
             out[name + (f"{{{extra}}}" if extra else "")] = x.value
     return out
 
-# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #45ddc5b7
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #c81ddc00
 async def health(request: Request):
     """200 while the engine serves; 503 once it has died or the server is shutting down (a
     router's readiness and liveness check alike; `/ping` is the same, as vLLM's)."""
@@ -38,7 +38,7 @@ async def health(request: Request):
         raise OpenAIError(msg, 503, "engine_unavailable", type="server_error")
     return {"status": "ok"}
 
-
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #9a4bfd35
 def model_card(st, name: str) -> dict:
     return {
         "id": name,
@@ -49,23 +49,23 @@ def model_card(st, name: str) -> dict:
         "max_model_len": st.engine.max_model_len,
     }
 
-
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #ff187df4
 async def models(request: Request):
     st = server_state(request)
     return {"object": "list", "data": [model_card(st, n) for n in st.model_names]}
 
-
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #041a570d
 async def model(request: Request, model_id: str):
     "`GET /v1/models/{id}` (the client's `models.retrieve`): a served name's card, else a 404."
     st = server_state(request)
     return model_card(st, check_model(st, model_id))
 
-
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #000d900e
 async def metrics(request: Request):
     st = server_state(request)
     return Response(st.metrics.exposition(st.engine.stats), media_type=CONTENT_TYPE_LATEST)
 
-
+# %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #6580bb40
 async def version(request: Request):
     from metainfer import __version__
 

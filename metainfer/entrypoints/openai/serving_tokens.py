@@ -18,7 +18,27 @@ from .serving import read_request, check_model, check_request
 # %% auto #0
 __all__ = ['tokenize', 'detokenize']
 
-# %% ../../../nbs/entrypoints/openai/16j_serving_tokens.ipynb #7bd47453
+# %% ../../../nbs/entrypoints/openai/16j_serving_tokens.ipynb #37441a78
+def _token_ids(st, req: TokenizeRequest) -> list[int]:
+    "The token ids of `req`'s prompt or messages (`st`: the server's state, for its tokenizer)."
+    if req.prompt is not None:
+        return st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
+    chat = ChatCompletionRequest.model_construct(
+        **{
+            k: getattr(req, k)
+            for k in (
+                "messages",
+                "tools",
+                "chat_template_kwargs",
+                "chat_template",
+                "add_generation_prompt",
+                "continue_final_message",
+            )
+        }
+    )
+    return chat_prompt(chat, st.tokenizer)[0]
+
+# %% ../../../nbs/entrypoints/openai/16j_serving_tokens.ipynb #d0fc2ade
 async def tokenize(request: Request):
     st, req = await read_request(request, TokenizeRequest)
     check_model(st, req.model)
@@ -27,26 +47,7 @@ async def tokenize(request: Request):
     if st.tokenizer is None:
         raise OpenAIError("this model has no tokenizer", param="prompt")
     check_request(st, req)  # (a template only if trusted; text no longer than can fit)
-
-    def ids() -> list[int]:
-        if req.prompt is not None:
-            return st.tokenizer(req.prompt, add_special_tokens=req.add_special_tokens).input_ids
-        chat = ChatCompletionRequest.model_construct(
-            **{
-                k: getattr(req, k)
-                for k in (
-                    "messages",
-                    "tools",
-                    "chat_template_kwargs",
-                    "chat_template",
-                    "add_generation_prompt",
-                    "continue_final_message",
-                )
-            }
-        )
-        return chat_prompt(chat, st.tokenizer)[0]
-
-    tokens = await run_in_threadpool(ids)
+    tokens = await run_in_threadpool(_token_ids, st, req)
     return {
         "count": len(tokens),
         "max_model_len": st.engine.max_model_len,
@@ -54,7 +55,7 @@ async def tokenize(request: Request):
         "token_strs": st.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None,
     }
 
-
+# %% ../../../nbs/entrypoints/openai/16j_serving_tokens.ipynb #b421ad82
 async def detokenize(request: Request):
     st, req = await read_request(request, DetokenizeRequest)
     check_model(st, req.model)

@@ -27,30 +27,29 @@ from .serving import Choice, abort_all
 # %% auto #0
 __all__ = ['merged', 'with_prompt_logprobs', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'event_stream']
 
-# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #c004
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #a1824e05
+async def _pump(it: AsyncIterator, queue: asyncio.Queue, end) -> None:
+    "Put `it`'s items in `queue`, then `(end, error or None)`."
+    try:
+        async for x in it:
+            await queue.put((x, None))
+    except Exception as e:
+        await queue.put((end, e))
+    else:
+        await queue.put((end, None))
+
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #88090393
 async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
     """The items of several async iterators as they come; an error in one is raised here; leaving
     early cancels them all."""
-    if (
-        len(iterators) == 1
-    ):  # (the usual response: one choice, no task or queue between it and the client)
+    if len(iterators) == 1:  # (the usual response: one choice, no task or queue in between)
         async for x in iterators[0]:
             yield x
         return
     # bounded: a pump waits for the reader, so a slow client leaves outputs in the streams, where
     # each keeps only its newest
     queue, end = asyncio.Queue(maxsize=len(iterators)), object()
-
-    async def pump(it):
-        try:
-            async for x in it:
-                await queue.put((x, None))
-        except Exception as e:
-            await queue.put((end, e))
-        else:
-            await queue.put((end, None))
-
-    tasks = [asyncio.ensure_future(pump(it)) for it in iterators]
+    tasks = [asyncio.ensure_future(_pump(it, queue, end)) for it in iterators]
     try:
         for _ in tasks:
             while (item := await queue.get())[0] is not end:
@@ -61,7 +60,7 @@ async def merged(iterators: list[AsyncIterator]) -> AsyncIterator:
         for t in tasks:
             t.cancel()
 
-
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #0c7bdf7c
 def with_prompt_logprobs(choices: list[Choice], outs: list[RequestOutput]) -> list[RequestOutput]:
     "`outs`, each with the prompt logprobs its prompt's first choice computed (the others didn't)."
     scored = {c.prompt: o.prompt_logprobs for c, o in zip(choices, outs) if o.prompt_logprobs}
@@ -72,7 +71,46 @@ def with_prompt_logprobs(choices: list[Choice], outs: list[RequestOutput]) -> li
         for c, o in zip(choices, outs)
     ]
 
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #71b90f31
+async def _share_prompt_logprobs(
+    c: Choice, out: RequestOutput, owns: bool, first: bool, scored: dict | None
+) -> RequestOutput:
+    "`out`, with its prompt's logprobs if its choice echoes those another choice computes."
+    if owns and not scored[c.prompt].done():
+        scored[c.prompt].set_result(out.prompt_logprobs)
+    elif first and scored and c.prompt in scored and not out.prompt_logprobs:
+        if (lps := await scored[c.prompt]) is None:
+            raise EngineError("the choice that scores the prompt failed")
+        out = replace(out, prompt_logprobs=lps)
+    return out
 
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #496d1251
+def _chunk(
+    c: Choice,
+    req: SamplingRequest,
+    chat: bool,
+    text: str,
+    start: int,
+    out: RequestOutput,
+    lps: dict | None,
+    first: bool,
+) -> dict | None:
+    "A step's chunk entry for choice `c` (`text`: its new text), or `None` if it has nothing new."
+    ids, o = bool(req.return_token_ids), out.outputs[0]
+    reason = o.finish_reason if out.finished else None
+    if chat:  # (the parser may hold text back, or give out a tool call whole)
+        delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
+        reason = chat_finish_reason(c, reason)
+    if not ((delta if chat else text) or reason or ids or lps):
+        return None
+    tids, why = o.token_ids[start:] if ids else None, o.stop_reason if reason else None
+    if chat:
+        return chat_choice("delta", delta, reason, tids, lps, c.index, why)
+    return completion_choice(text, reason, tids, lps, c.index, why) | (
+        {"prompt_token_ids": out.prompt_token_ids} if ids and first else {}
+    )
+
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #fddcce2f
 async def choice_events(
     c: Choice,
     req: SamplingRequest,
@@ -89,47 +127,22 @@ async def choice_events(
     owns = scored is not None and c.prompt in scored and c.params.prompt_logprobs is not None
     try:
         if chat:
-            yield (
-                chat_choice(
-                    "delta",
-                    {"role": "assistant", "content": ""},
-                    None,
-                    [] if ids else None,
-                    index=c.index,
-                ),
-                None,
-            )
+            role = {"role": "assistant", "content": ""}
+            yield chat_choice("delta", role, None, [] if ids else None, index=c.index), None
         async for text, start, out in text_deltas(c.stream, c.params):
-            if owns and not scored[c.prompt].done():
-                scored[c.prompt].set_result(out.prompt_logprobs)
-            elif first and scored and c.prompt in scored and not out.prompt_logprobs:
-                if (lps := await scored[c.prompt]) is None:
-                    raise EngineError("the choice that scores the prompt failed")
-                out = replace(out, prompt_logprobs=lps)
-            last[c.index], o = out, out.outputs[0]
-            reason = o.finish_reason if out.finished else None
+            out = await _share_prompt_logprobs(c, out, owns, first, scored)
+            last[c.index] = out
             echo_now = echo is not None and first  # the prompt goes first, with its logprobs
             if echo_now:
                 text = echo + text
             lps = (
                 choice_logprobs(req, out, start, offset, echo_now, tokenizer)
-                if len(o.token_ids) > start or echo_now
+                if len(out.outputs[0].token_ids) > start or echo_now
                 else None
             )
-            if chat:  # (the parser may hold text back, or give out a tool call whole)
-                delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
-                reason = chat_finish_reason(c, reason)
-            if not ((delta if chat else text) or reason or ids or lps):
+            if (entry := _chunk(c, req, chat, text, start, out, lps, first)) is None:
                 continue
-            tids, why = o.token_ids[start:] if ids else None, o.stop_reason if reason else None
-            if chat:
-                yield chat_choice("delta", delta, reason, tids, lps, c.index, why), out
-            else:
-                yield (
-                    completion_choice(text, reason, tids, lps, c.index, why)
-                    | ({"prompt_token_ids": out.prompt_token_ids} if ids and first else {}),
-                    out,
-                )
+            yield entry, out
             first = False
             if lps and not chat:
                 offset += sum(map(len, lps["tokens"]))
@@ -138,7 +151,17 @@ async def choice_events(
         if owns and not scored[c.prompt].done():
             scored[c.prompt].set_result(None)
 
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #9157ade6
+def _events(choices: list[Choice], req: SamplingRequest, chat: bool, echoes, tokenizer, last: dict):
+    "The chunk entries of all `choices`, as they come (call on the event loop)."
+    loop = asyncio.get_running_loop()
+    scored = {
+        c.prompt: loop.create_future() for c in choices if c.params.prompt_logprobs is not None
+    }
+    echo = lambda c: echoes[c.prompt] if echoes else None
+    return merged([choice_events(c, req, chat, echo(c), tokenizer, last, scored) for c in choices])
 
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #71a14484
 async def stream_events(
     choices: list[Choice],
     req: SamplingRequest,
@@ -148,23 +171,10 @@ async def stream_events(
 ) -> AsyncIterator[str]:
     "The SSE events of a streaming response: its choices' chunks as they come, then `data: [DONE]`."
     chat, last = head["object"] == "chat.completion.chunk", {}
-    prompt_ids = chat and bool(
-        req.return_token_ids
-    )  # a chat's prompt ids go with its first chunk that has an output
-    loop = asyncio.get_running_loop()
-    scored = {
-        c.prompt: loop.create_future() for c in choices if c.params.prompt_logprobs is not None
-    }
+    # a chat's prompt ids go with its first chunk that has an output
+    prompt_ids = chat and bool(req.return_token_ids)
     try:
-        events = merged(
-            [
-                choice_events(
-                    c, req, chat, echoes[c.prompt] if echoes else None, tokenizer, last, scored
-                )
-                for c in choices
-            ]
-        )
-        async for choice, out in events:
+        async for choice, out in _events(choices, req, chat, echoes, tokenizer, last):
             yield sse(
                 head
                 | {"choices": [choice]}
@@ -181,38 +191,37 @@ async def stream_events(
         abort_all(choices)
     yield sse("[DONE]")
 
-# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #c007
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #1edbb028
 async def wait_disconnect(request: Request) -> None:
     "Return when the client has closed the connection (the body must have been read)."
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #43feaa35
+async def _last(stream: RequestStream) -> RequestOutput:
+    async for out in stream:
+        pass
+    return out
 
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #7cff4951
 async def final_outputs(choices: list[Choice], request: Request) -> list[RequestOutput]:
     """The last output of each choice; all are aborted if the client disconnects first (or one of
     them fails)."""
-
-    async def last(stream: RequestStream) -> RequestOutput:
-        async for out in stream:
-            pass
-        return out
-
-    tasks = [asyncio.ensure_future(last(c.stream)) for c in choices]
+    tasks = [asyncio.ensure_future(_last(c.stream)) for c in choices]
     done, gone = asyncio.gather(*tasks), asyncio.ensure_future(wait_disconnect(request))
     try:
         await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
         done.cancel()  # (cancels the choices' tasks too; nothing, for those that finished)
-        done.add_done_callback(
-            lambda f: f.cancelled() or f.exception()
-        )  # read: a gather left so is no error
+        # read: a gather left so is no error
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())
         abort_all(choices)
     if not done.done() or done.cancelled():
         raise OpenAIError("the client disconnected", 499, "client_disconnected")
     return done.result()
 
-# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #c008
+# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #e1d041a4
 def event_stream(events: AsyncIterator[str], choices: list[Choice]) -> StreamingResponse:
     "SSE response; the background task aborts the requests even if the events never started."
     return StreamingResponse(

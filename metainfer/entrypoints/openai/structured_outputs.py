@@ -16,7 +16,7 @@ from .protocol import ChatCompletionRequest, OpenAIError
 __all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_tokens',
            'request_grammars']
 
-# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #8edfdc8a
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #25542aa2
 def from_response_format(fmt: dict[str, Any] | None) -> StructuredOutputsParams | None:
     "OpenAI's `response_format` (`text`, `json_object`, `json_schema`) as structured outputs."
     kind = (fmt or {}).get("type", "text")
@@ -40,12 +40,12 @@ def from_response_format(fmt: dict[str, Any] | None) -> StructuredOutputsParams 
         param="response_format",
     )
 
-
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #259a0db3
 GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice"} | {
     "guided_grammar": "grammar"
 }
 
-
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #d303b0d0
 def _params(fields: dict[str, Any], param: str) -> StructuredOutputsParams:
     try:
         return StructuredOutputsParams(**fields)
@@ -54,10 +54,9 @@ def _params(fields: dict[str, Any], param: str) -> StructuredOutputsParams:
     except GrammarError as e:
         raise OpenAIError(f"{param}: {e}", param=param) from None
 
-
-def structured_params(req) -> tuple[str, StructuredOutputsParams] | None:
-    """`(field, structured outputs)` of a request, from whichever of `response_format`,
-    `structured_outputs` and `guided_*` it gives; a 400 if it gives two."""
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #d9be4a58
+def _constraints(req) -> list[tuple[str, StructuredOutputsParams]]:
+    "`(field, structured outputs)` for each of `req`'s fields that constrains the output."
     asked = []
     if (p := from_response_format(getattr(req, "response_format", None))) is not None:
         asked.append(("response_format", p))
@@ -67,6 +66,13 @@ def structured_params(req) -> tuple[str, StructuredOutputsParams] | None:
         if (v := getattr(req, field, None)) is not None:
             extra = {"whitespace_pattern": req.guided_whitespace_pattern} if kind == "json" else {}
             asked.append((field, _params({kind: v} | extra, field)))
+    return asked
+
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #70658ff6
+def structured_params(req) -> tuple[str, StructuredOutputsParams] | None:
+    """`(field, structured outputs)` of a request, from whichever of `response_format`,
+    `structured_outputs` and `guided_*` it gives; a 400 if it gives two."""
+    asked = _constraints(req)
     if len(asked) > 1:
         raise OpenAIError(
             f"{asked[0][0]} and {asked[1][0]} both constrain the output: give one",
@@ -74,21 +80,17 @@ def structured_params(req) -> tuple[str, StructuredOutputsParams] | None:
         )
     return asked[0] if asked else None
 
-# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #8b8a45fb
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #3184dbd1
 CALL_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
-
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #d9e265c6
 def _literal(added: set[str], text: str) -> str:
     "`text` in llguidance's Lark: a special token if it is one of `added`, else a string."
     return text if text in added else json.dumps(text)
 
-
-def tool_call_grammar(
-    req: ChatCompletionRequest, tokenizer, fmt: ToolFormat = TOOL_FORMATS["hermes"]
-) -> StructuredOutputsParams | None:
-    """The grammar a forced `tool_choice` puts on the reply, in the model's own format `fmt`: one
-    call of an allowed function, its arguments following its `parameters`; `None` for `auto` or
-    `none`."""
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #22e818bb
+def _forced_names(req: ChatCompletionRequest) -> list[str] | None:
+    "The functions a forced `tool_choice` allows (`None`: not forced); a 400 for one not a tool."
     tc, tools = req.tool_choice, req.tools or []
     if tc in (None, "none", "auto"):
         return None
@@ -97,24 +99,38 @@ def tool_call_grammar(
         raise OpenAIError(
             f"tool_choice names {bad.pop()!r}, which is not one of the tools", param="tool_choice"
         )
-    params = {t.function.name: t.function.parameters or {"type": "object"} for t in tools}
-    added = {t.content for t in tokenizer.added_tokens_decoder.values()}
-    lit = lambda text: _literal(added, text)
-    names = list(dict.fromkeys(names))
-    calls = [
-        f"{lit(fmt.begin)} {fmt.body(n, f'args{i}', lit)} {lit(fmt.end)}"
-        for i, n in enumerate(names)
-    ]
+    return list(dict.fromkeys(names))
+
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #c582abc7
+def _args_rules(names: list[str], params: dict[str, dict]) -> list[str]:
+    "The Lark rules `args0`, `args1`, ...: each function's arguments, JSON following its schema."
     # an object takes no keys beyond its `properties` unless its schema says so (as xgrammar's
     # strict mode under vLLM): else an unsure model adds keys until max_tokens
     strict = [no_additional_properties(params[n]) for n in names]
     schemas = [json.dumps(s | {"x-guidance": CALL_JSON}) for s in strict]
-    args = [f"args{i}: %json {schema}" for i, schema in enumerate(schemas)]
-    wrap = [lit(t) if t else "" for t in fmt.wrapper]
-    lark = "\n".join([f"start: {wrap[0]} call {wrap[1]}", "call: " + " | ".join(calls), *args])
-    return StructuredOutputsParams(grammar=lark)
+    return [f"args{i}: %json {schema}" for i, schema in enumerate(schemas)]
 
-# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #8b3d5768
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #3a714271
+def tool_call_grammar(
+    req: ChatCompletionRequest, tokenizer, fmt: ToolFormat = TOOL_FORMATS["hermes"]
+) -> StructuredOutputsParams | None:
+    """The grammar a forced `tool_choice` puts on the reply, in the model's own format `fmt`: one
+    call of an allowed function, its arguments following its `parameters`; `None` for `auto` or
+    `none`."""
+    if (names := _forced_names(req)) is None:
+        return None
+    params = {t.function.name: t.function.parameters or {"type": "object"} for t in req.tools or []}
+    added = {t.content for t in tokenizer.added_tokens_decoder.values()}
+    lit = lambda text: _literal(added, text)
+    calls = [
+        f"{lit(fmt.begin)} {fmt.body(n, f'args{i}', lit)} {lit(fmt.end)}"
+        for i, n in enumerate(names)
+    ]
+    wrap = [lit(t) if t else "" for t in fmt.wrapper]
+    lark = "\n".join([f"start: {wrap[0]} call {wrap[1]}", "call: " + " | ".join(calls)])
+    return StructuredOutputsParams(grammar=lark + "\n" + "\n".join(_args_rules(names, params)))
+
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #7d669fd5
 def reasoning_tokens(tokenizer, prompt_ids: list[int], reasoning: bool) -> dict[str, int | None]:
     """`StructuredOutputsParams`' reasoning fields for a prompt: no end token (constrained from the
     first token) unless a reasoning parser is on and the prompt hasn't closed the thinking; no start
@@ -126,7 +142,21 @@ def reasoning_tokens(tokenizer, prompt_ids: list[int], reasoning: bool) -> dict[
     opened = tail and tail[-1] == start or tokenizer.decode(tail).rstrip().endswith(THINK[0])
     return {"reasoning_end_token_id": end, "reasoning_start_token_id": None if opened else start}
 
-# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #494fc9b5
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #6b452979
+def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
+    "`(field, structured outputs)` of a request: the fields', or a forced tool call's; not both."
+    chat = isinstance(req, ChatCompletionRequest)
+    asked = structured_params(req)
+    if chat and (call := tool_call_grammar(req, tokenizer, tool_format)) is not None:
+        if asked is not None:
+            raise OpenAIError(
+                f"a forced tool_choice and {asked[0]} both constrain the output: give one",
+                param=asked[0],
+            )
+        asked = ("tool_choice", call)
+    return asked
+
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #ef49c78e
 def request_grammars(
     req,
     prompts: list[list[int]],  # the request's prompts, as token ids
@@ -137,16 +167,7 @@ def request_grammars(
 ) -> list[StructuredOutputsParams] | None:
     """Each prompt's structured outputs (compiled and cached), or `None` if the request asks for
     none; a 400 naming the field whose grammar can't be compiled."""
-    chat = isinstance(req, ChatCompletionRequest)
-    asked = structured_params(req)
-    if chat and (call := tool_call_grammar(req, tokenizer, tool_format)) is not None:
-        if asked is not None:
-            raise OpenAIError(
-                f"a forced tool_choice and {asked[0]} both constrain the output: give one",
-                param=asked[0],
-            )
-        asked = ("tool_choice", call)
-    if asked is None:
+    if (asked := _asked_grammar(req, tokenizer, tool_format)) is None:
         return None
     field, so = asked
     if grammars is None:
@@ -155,4 +176,5 @@ def request_grammars(
         grammars.compile(so)
     except GrammarError as e:
         raise OpenAIError(f"{field}: {e}", param=field) from None
+    chat = isinstance(req, ChatCompletionRequest)
     return [replace(so, **reasoning_tokens(tokenizer, ids, reasoning and chat)) for ids in prompts]
