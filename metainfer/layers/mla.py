@@ -18,6 +18,7 @@ from metainfer.layers.linear import (
 )
 from .attention import AttentionMetadata, gather_kv
 from .yarn import mla_rotary, mla_softmax_scale
+from .yarn import yarn_attention_factor, yarn_get_mscale, yarn_inv_freq  # noqa: F401
 
 # %% auto #0
 __all__ = ['TorchMLA', 'LatentAttention', 'MLA']

@@ -248,6 +248,8 @@ def _stop(app: FastAPI, engine: AsyncLLMEngine, server) -> None:
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #1ed6903f
 def serve_main(args) -> None:
     "Run the OpenAI-compatible server in the foreground (the `metainfer serve` subcommand)."
+    import uvicorn  # noqa: F401 (a broken install fails here, before the model loads)
+
     log = logging.getLogger("metainfer")
     show_startup_log()
     log.setLevel(args.log_level.upper())

@@ -128,7 +128,7 @@ def tool_call_grammar(
     ]
     wrap = [lit(t) if t else "" for t in fmt.wrapper]
     lark = "\n".join([f"start: {wrap[0]} call {wrap[1]}", "call: " + " | ".join(calls)])
-    return StructuredOutputsParams(grammar=lark + "\n" + "\n".join(_args_rules(names, params)))
+    return StructuredOutputsParams(grammar="\n".join([lark, *_args_rules(names, params)]))
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #7d669fd5
 def reasoning_tokens(tokenizer, prompt_ids: list[int], reasoning: bool) -> dict[str, int | None]:
