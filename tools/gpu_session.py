@@ -211,7 +211,9 @@ if __name__ == "__main__":
 def stage_nbtest():
     "The notebooks' tests with their `#| cuda` cells, compiled on the GPU (not the interpreter)."
     nbs = os.environ.get(
-        "NBS", "03a_triton_kernels 07a_triton_attention 09d_triton_moe 09e_triton_mla 13_runner"
+        "NBS",
+        "kernels/03a_triton_launch kernels/07f_triton_attention kernels/09e_triton_moe "
+        "kernels/09g_triton_mla engine/12c_cuda_graphs engine/13_runner",
     )
     for nb in (
         nbs.split()
