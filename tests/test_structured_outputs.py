@@ -268,7 +268,7 @@ def test_forced_tool_calls_parse_and_validate(client):
         ({"response_format": {"type": "yaml"}}, "'yaml' is not one of"),
         ({"guided_regex": "a", "guided_choice": ["a"]}, "both constrain"),
         ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "exactly one"),
-        ({"structured_outputs": {"jsn": {}}}, "jsn"),
+        ({"structured_outputs": {"jsn": {}}}, "structured_outputs: unknown field 'jsn'; known: "),
         ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
         ({"min_p": 2.5}, "min_p"),
         ({"temperature": 3}, "temperature"),

@@ -4,6 +4,7 @@
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #e803da71
 from __future__ import annotations
+import dataclasses
 import json
 from dataclasses import replace
 from typing import Any
@@ -47,10 +48,13 @@ GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choi
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #d303b0d0
 def _params(fields: dict[str, Any], param: str) -> StructuredOutputsParams:
+    known = {f.name for f in dataclasses.fields(StructuredOutputsParams)}
+    if unknown := sorted(set(fields) - known):
+        raise OpenAIError(
+            f"{param}: unknown field {unknown[0]!r}; known: {', '.join(sorted(known))}", param=param
+        )
     try:
         return StructuredOutputsParams(**fields)
-    except TypeError as e:  # an unknown field
-        raise OpenAIError(f"{param}: {e}".replace("__init__() ", ""), param=param) from None
     except GrammarError as e:
         raise OpenAIError(f"{param}: {e}", param=param) from None
 
