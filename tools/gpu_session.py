@@ -621,45 +621,77 @@ TINY_MODELS = Path("/tmp/tiny-models")  # stage tiny-train's checkpoints
 TRAINED = ("metainfer-tiny-qwen3", "metainfer-tiny-deepseek-v2")
 
 
+def sh_together(cmds: list[str], timeout: float) -> list:
+    "`sh` for several commands at once (each its own process group); their return codes."
+    t = time.time()
+    timeout = min(timeout, DEADLINE - (t - T0))
+    procs = []
+    for i, cmd in enumerate(cmds):
+        print(f"\n$ [{i}] {cmd}", flush=True)
+        procs.append(subprocess.Popen(cmd, shell=True, start_new_session=True))
+    rcs = []
+    for p, cmd in zip(procs, cmds):
+        try:
+            rc = p.wait(max(1.0, timeout - (time.time() - t)))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            rc = p.wait() and "TIMEOUT"
+        rcs.append(rc)
+        summary.append(f"{'ok ' if rc == 0 else 'FAIL'} {time.time() - t:6.1f}s  {cmd[:150]}")
+    return rcs
+
+
 def stage_tiny_train():
     """Issue 29: train the two tiny models on build/tiny_data (carried; made by
     tools/tiny_models/tokenizer.py); the checkpoints come back as $OUT/models.tar.part-*. With
-    Z_LOSSES="a b": once per z-loss coefficient, into TINY_MODELS/z<a>/, each followed by stage
-    greedy on its models."""
-    z_losses = os.environ.get("Z_LOSSES", "").split()
-    for z in z_losses or [None]:
-        out = TINY_MODELS / f"z{z}" if z else TINY_MODELS
-        sh(
-            f"{PY} tools/tiny_models/train.py build/tiny_data {out}"
-            + (f" --z-loss {z}" if z else ""),
-            200,
-        )
+    TRAIN_VARIANTS="FLAGS;FLAGS..." (train.py flags, e.g. "--steps 2700 --keep last"): each
+    variant trains into TINY_MODELS/v<i>/, all at once (these models leave the GPU mostly idle),
+    then `bench greedy` compares each with HF (GREEDY_AT_ONCE at a time, each engine with a
+    fixed KV pool of 2,048 blocks, since a share of the free memory fails for engines started
+    together); the variant with the most identical completions in its worst run comes back."""
+    variants = [v.strip() for v in os.environ.get("TRAIN_VARIANTS", "").split(";") if v.strip()]
+    outs = [TINY_MODELS / f"v{i}" for i in range(len(variants))] if variants else [TINY_MODELS]
+    cmds = [
+        f"{PY} tools/tiny_models/train.py build/tiny_data {out} {name} {flags} "
+        f"> {RES}/train-{out.name}-{name}.log 2>&1"
+        for out, flags in zip(outs, variants or [""])
+        for name in ("qwen3", "deepseek-v2")
+    ]
+    sh_together(cmds, 400)
+    for out in outs:
         for name in TRAINED:
             if (out / name / "training.json").exists():
-                suffix = f"-z{z}" if z else ""
-                shutil.copy(out / name / "training.json", RES / f"training-{name}{suffix}.json")
-        keep()
-        if z:
-            greedy_on(out, f"-z{z}", 200)
-    best = max(z_losses, key=worst_identical) if z_losses else None
-    summary.append(
-        f"kept z-loss {best}: {worst_identical(best) if best else ''} identical at worst"
-    )
-    sh(
-        f"tar cf - -C {TINY_MODELS / f'z{best}' if best else TINY_MODELS} . | split -b 15M - "
-        f"{OUT}/models.tar.part-"
-    )
-
-
-def worst_identical(z: str) -> int:
-    "The fewest identical completions of any greedy run on the models trained with z-loss z."
-    counts = [
-        run["identical"]
+                shutil.copy(out / name / "training.json", RES / f"training-{name}-{out.name}.json")
+    keep()
+    if not variants:
+        return sh(f"tar cf - -C {TINY_MODELS} . | split -b 15M - {OUT}/models.tar.part-")
+    at_once = int(os.environ.get("GREEDY_AT_ONCE", "4"))
+    benches = [
+        f"{PY} -m metainfer bench greedy {out / name} --num-kv-blocks 2048 "
+        f"--name greedy-{name}-{out.name} --out {RES.resolve()} "
+        f"> {RES}/greedy-{name}-{out.name}.log 2>&1"
+        for out in outs
         for name in TRAINED
-        if (f := KEEP / f"greedy-{name}-z{z}.json").exists()
-        for run in json.loads(f.read_text())["metainfer"]["runs"]
     ]
-    return min(counts) if len(counts) == 8 else -1
+    for i in range(0, len(benches), at_once):
+        sh_together(benches[i : i + at_once], 300)
+        keep()
+    kept = TINY_MODELS / "kept"
+    for name in TRAINED:
+        trained = [out for out in outs if (out / name / "config.json").exists()]
+        if not trained:
+            continue
+        best = max(trained, key=lambda out: worst_identical(name, out.name))
+        summary.append(f"{name}: kept {best.name}, {worst_identical(name, best.name)} at worst")
+        shutil.copytree(best / name, kept / name)
+    sh(f"tar cf - -C {kept} . | split -b 15M - {OUT}/models.tar.part-")
+
+
+def worst_identical(name: str, variant: str) -> int:
+    "The fewest identical completions of any greedy run on model `name` of `variant`."
+    f = KEEP / f"greedy-{name}-{variant}.json"
+    runs = json.loads(f.read_text())["metainfer"]["runs"] if f.exists() else []
+    return min(run["identical"] for run in runs) if len(runs) == 4 else -1
 
 
 def greedy_on(root: Path, suffix: str = "", timeout: float = 240) -> None:

@@ -5,8 +5,10 @@
 DATA_DIR is tokenizer.py's output. The models are transformers' own classes (built from a published
 config with smaller shapes), trained in fp32 with bf16 autocast on a GPU; each is written with
 `save_pretrained` in bf16 to OUT_DIR/<name>/ with the tokenizer, and its loss curve to
-OUT_DIR/<name>/training.json. The step with the lowest held-out loss is the one kept. Needs
-metainfer importable (the dev venv, or PYTHONPATH=. from the repo root) for its configs.
+OUT_DIR/<name>/training.json. `--keep best` keeps the step with the lowest held-out loss, `--keep
+last` the last step (trained on past that point, the model grows surer of the text it has seen at
+the cost of held-out perplexity). Needs metainfer importable (the dev venv, or PYTHONPATH=. from
+the repo root) for its configs.
 """
 
 from __future__ import annotations
@@ -130,7 +132,9 @@ def heldout_loss(model, tokens: np.ndarray, device: str) -> tuple[float, float]:
     return total / n, total_z / n
 
 
-def train(name: str, data: Path, out: Path, steps: int, z_loss: float, device: str) -> dict:
+def train(
+    name: str, data: Path, out: Path, steps: int, z_loss: float, keep: str, device: str
+) -> dict:
     train_ids = np.fromfile(data / "train.bin", dtype=np.uint16)
     held_ids = np.fromfile(data / "heldout.bin", dtype=np.uint16)
     model = build(name, device)
@@ -169,7 +173,7 @@ def train(name: str, data: Path, out: Path, steps: int, z_loss: float, device: s
                 )
             )
             print(name, log[-1], flush=True)
-            if held < best[0]:
+            if held < best[0] or (keep == "last" and step == steps):
                 best = (held, step, copy.deepcopy(model.state_dict()))
     model.load_state_dict(best[2])
     dest = out / name
@@ -182,6 +186,7 @@ def train(name: str, data: Path, out: Path, steps: int, z_loss: float, device: s
         model=name,
         parameters=n_params,
         steps=steps,
+        keep=keep,
         kept_step=best[1],
         heldout_loss=best[0],
         heldout_perplexity=math.exp(best[0]),
@@ -209,10 +214,12 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=list(SHORT))
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--z-loss", type=float, default=Z_LOSS)
+    ap.add_argument("--keep", choices=("best", "last"), default="best")
     args = ap.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for m in args.models:
-        s = train(SHORT.get(m, m), Path(args.data), Path(args.out), args.steps, args.z_loss, device)
+        name, data, out = SHORT.get(m, m), Path(args.data), Path(args.out)
+        s = train(name, data, out, args.steps, args.z_loss, args.keep, device)
         print({k: v for k, v in s.items() if k != "log"}, flush=True)
 
 
