@@ -231,13 +231,21 @@ def heldout_prompts() -> list[str]:
     return json.loads((ASSETS / "models" / "prompts.json").read_text())
 
 # %% ../nbs/02_testing.ipynb #3c728449
-def hf_model(model_dir: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
-    "Load `model_dir` with HF transformers (eager reference)."
+def hf_model(
+    model_dir: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    attn_implementation: str | None = None,  # HF's name of its attention kernel; None: its default
+):
+    "Load `model_dir` with HF transformers, in eval mode: the reference."
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, attn_implementation=attn_implementation
+    )
+    return model.to(device).eval()
 
 # %% ../nbs/02_testing.ipynb #dab2d669
 @torch.no_grad()

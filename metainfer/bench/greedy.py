@@ -21,7 +21,8 @@ from metainfer.bench.results import (
 
 # %% auto #0
 __all__ = ['NEAR_TIE_ULPS', 'TOP_K', 'Top', 'bf16_spacing', 'first_difference', 'hf_completions', 'engine_completions',
-           'divergence', 'compare', 'load_prompts', 'add_arguments', 'engine_runs', 'control', 'summary', 'main']
+           'divergence', 'compare', 'load_prompts', 'add_arguments', 'engine_runs', 'control', 'attention_control',
+           'summary', 'main']
 
 # %% ../../nbs/bench/18fa_greedy.ipynb #2bfc0861
 NEAR_TIE_ULPS = 2  # a gap of up to 2 bf16 units at the top logit's magnitude is a near-tie
@@ -128,7 +129,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--control",
         action="store_true",
-        help="16-bit runs: also HF in float32, and how many of HF's own completions equal it",
+        help="16-bit runs: also HF in float32 and HF with eager attention, and how many of HF's "
+        "own completions equal each",
     )
 
 # %% ../../nbs/bench/18fa_greedy.ipynb #68923e7a
@@ -187,6 +189,17 @@ def control(
         ],
     }
 
+# %% ../../nbs/bench/18fa_greedy.ipynb #9cbf68a5
+def attention_control(
+    model_dir: str, device: str, dtype, prompts: list[list[int]], n: int, hf: list[list[int]]
+) -> dict:
+    "HF with eager attention as another reference: how many of its completions equal HF's `hf`."
+    from metainfer.testing import hf_model
+
+    free_memory()
+    eager, _ = hf_completions(hf_model(model_dir, dtype, device, "eager"), prompts, n)
+    return {"hf_eager_attention_identical_to_hf": sum(a == b for a, b in zip(eager, hf))}
+
 # %% ../../nbs/bench/18fa_greedy.ipynb #db1b1bbe
 def summary(run: dict) -> str:
     "One run's line: identical completions, the largest HF gap (its token, ours) where they part."
@@ -207,6 +220,9 @@ def _print_summaries(res: dict, runs: list[dict], n: int) -> None:
     if "control_fp32" in res:
         same = res["control_fp32"]["hf_bf16_identical_to_hf_fp32"]
         print(f"control: HF bf16 equals HF fp32 on {same}/{n} prompts")
+    if "control_attention" in res:
+        same = res["control_attention"]["hf_eager_attention_identical_to_hf"]
+        print(f"control: HF with eager attention equals HF (sdpa) on {same}/{n} prompts")
 
 # %% ../../nbs/bench/18fa_greedy.ipynb #89f72495
 def main(args: argparse.Namespace) -> dict:
@@ -229,6 +245,9 @@ def main(args: argparse.Namespace) -> dict:
         print("--control: the runs are float32 already; no second reference")
     elif args.control:
         res["control_fp32"] = control(args.model, str(device), prompts, args.output_len, hf, runs)
+        res["control_attention"] = attention_control(
+            args.model, str(device), dtype, prompts, args.output_len, hf
+        )
     res["metainfer"] = {"runs": runs}
     res["prompts"], res["near_tie_bf16_units"] = texts, NEAR_TIE_ULPS
     write_json(res, args.out, result_name(args, "greedy"))
