@@ -44,35 +44,7 @@ def test_triton_backend_equals_torch(preset, checkpoints):
     a wrong rotary layout leaves the tokens unchanged. The logits of every step are compared too."""
     from metainfer.kernels.triton_launch import relative_error
 
-    g = torch.Generator().manual_seed(0)
-    shared = torch.randint(0, 1000, (20,), generator=g).tolist()
-    prompts = [shared + torch.randint(0, 1000, (n,), generator=g).tolist() for n in (3, 9, 1)]
-    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    tokens, logits = {}, {}
-    for backend in ("torch", "triton"):
-        llm = LLM(
-            str(checkpoints(preset, initializer_range=0.2)),
-            dtype="float32",
-            device=device,
-            kernel_backend=backend,
-            block_size=4,
-        )
-        assert (
-            llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend
-        )  # GPU: "triton/varlen+pdl"
-        runner, steps = llm.engine.runner, []
-        run_logits = runner.logits
-        runner.logits = lambda step: (
-            steps.append(run_logits(step)[0].clone()) or (steps[-1], None)
-        )  # (graphs reuse
-        # buffers)
-        outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(
-            prompts[1:], params, use_tqdm=False
-        )
-        tokens[backend], logits[backend] = [o.outputs[0].token_ids for o in outs], steps
-        assert llm.engine.block_manager.num_cache_hit_tokens >= 2 * 20
-        llm.shutdown()
+    tokens, logits = both_backends(str(checkpoints(preset, initializer_range=0.2)))
     assert tokens["triton"] == tokens["torch"]
     assert len(set(sum(tokens["torch"], []))) > 3  # not a degenerate repeat
     assert max(relative_error(a, b) for a, b in zip(logits["triton"], logits["torch"])) < 1e-5
@@ -105,3 +77,49 @@ def test_two_engines_two_backends_interleaved(checkpoints):
     finally:
         for llm in engines.values():
             llm.shutdown()
+
+
+def both_backends(path: str, fp8_experts: bool = False) -> tuple[dict, dict]:
+    """Greedy tokens and every step's logits on the torch and the Triton kernels: three prompts
+    sharing a 20-token prefix (block size 4: the later prefills hit the prefix cache), 6 tokens
+    each. `fp8_experts`: check that the MoE experts are held in FP8 on both."""
+    g = torch.Generator().manual_seed(0)
+    shared = torch.randint(0, 1000, (20,), generator=g).tolist()
+    prompts = [shared + torch.randint(0, 1000, (n,), generator=g).tolist() for n in (3, 9, 1)]
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokens, logits = {}, {}
+    for backend in ("torch", "triton"):
+        llm = LLM(path, dtype="float32", device=device, kernel_backend=backend, block_size=4)
+        assert (
+            llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend
+        )  # GPU: "triton/varlen+pdl"
+        runner, steps = llm.engine.runner, []
+        if fp8_experts:
+            experts = [m for m in runner.model.modules() if hasattr(m, "gate_up_proj_scale")]
+            assert experts and all(m.gate_up_proj.dtype == torch.float8_e4m3fn for m in experts)
+        run_logits = runner.logits
+        runner.logits = lambda step: (
+            steps.append(run_logits(step)[0].clone()) or (steps[-1], None)
+        )  # (graphs reuse
+        # buffers)
+        outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(
+            prompts[1:], params, use_tqdm=False
+        )
+        tokens[backend], logits[backend] = [o.outputs[0].token_ids for o in outs], steps
+        assert llm.engine.block_manager.num_cache_hit_tokens >= 2 * 20
+        llm.shutdown()
+    return tokens, logits
+
+
+def test_fp8_experts_triton_equals_torch(checkpoints, tmp_path):
+    """A tiny DeepSeek-V2 in block-wise FP8 (16 x 16 blocks, written by transformers' quantizer):
+    the Triton backend holds the experts in FP8 too (weight-only FP8 in its MoE kernel), and gives
+    the torch backend's tokens and logits."""
+    from metainfer.kernels.triton_launch import relative_error
+    from metainfer.testing_fp8 import write_block_fp8
+
+    src = checkpoints("deepseek-v2-tiny", initializer_range=0.2)
+    tokens, logits = both_backends(str(write_block_fp8(src, tmp_path / "fp8", (16, 16))), True)
+    assert tokens["triton"] == tokens["torch"]
+    assert max(relative_error(a, b) for a, b in zip(logits["triton"], logits["torch"])) < 1e-5

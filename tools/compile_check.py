@@ -123,6 +123,14 @@ def calls():
     from metainfer.kernels import triton_moe_routing as ter, triton_moe as te
 
     r = lambda *s, dt=BF: torch.randn(*s).to(dt)
+
+    def fp8_stack(E: int, N: int, K: int, group: int | None = None):
+        "Experts' FP8 weights `[E, N, K]`, a scale per row and `group` columns (None: the row)."
+        from metainfer.layers.fp8 import FP8, Fp8Weight
+
+        g = group or K
+        return Fp8Weight(torch.empty(E, N, K, dtype=FP8), torch.rand(E, N, -(-K // g)), g)
+
     cache = rope_cos_sin_cache(rope_inv_freq(128, 1e6), 4096)
     cache64 = rope_cos_sin_cache(rope_inv_freq(64, 1e4), 4096)
     out = []
@@ -360,6 +368,22 @@ def calls():
                 f"fused_moe + shared T={T}",
                 lambda T=T, ids=ids, wts=wts: te.fused_moe(
                     r(T, 2048), r(64, 2 * 1408, 2048), r(64, 2048, 1408), wts, ids, add=r(T, 2048)
+                ),
+            ),
+            (
+                f"fused_moe, FP8 experts, 128-column scale groups T={T}",
+                lambda T=T, ids=ids, wts=wts: te.fused_moe(
+                    r(T, 2048),
+                    fp8_stack(64, 2 * 1408, 2048, 128),
+                    fp8_stack(64, 2048, 1408, 128),
+                    wts,
+                    ids,
+                ),
+            ),
+            (
+                f"fused_moe, FP8 experts, per channel T={T}",
+                lambda T=T, ids=ids, wts=wts: te.fused_moe(
+                    r(T, 2048), fp8_stack(64, 2 * 1408, 2048), fp8_stack(64, 2048, 1408), wts, ids
                 ),
             ),
             (

@@ -13,7 +13,7 @@ from .triton_launch import cdiv, jit, next_pow2, tl
 from .triton_norms import add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul
 from .triton_gemv import fp8, gemv, one_gpu_row, prologue_norms_alike
-from ..layers.fp8 import FP8, quantize_fp8
+from ..layers.fp8 import FP8, Fp8Weight, quantize_fp8
 
 # %% auto #0
 __all__ = ['ACTIVATIONS', 'quantize_activations', 'fp8_gemm_tiles', 'scaled_mm_takes', 'scaled_mm', 'prepare_fp8_gemms',
@@ -178,7 +178,7 @@ def scaled_mm(a: Tensor, weight, dtype: torch.dtype) -> Tensor:
 def prepare_fp8_gemms(model: nn.Module, device: torch.device) -> int:
     """After loading: each block-wise FP8 layer's `scale_columns`, where `scaled_mm` will read them
     (so no CUDA graph captures their making). Returns how many."""
-    ws = [m.fp8 for m in model.modules() if getattr(m, "fp8", None) is not None]
+    ws = [m.fp8 for m in model.modules() if isinstance(getattr(m, "fp8", None), Fp8Weight)]
     ws = [w for w in ws if w.group < w.shape[-1] and scaled_mm_takes(w, torch.bfloat16, device)]
     for w in ws:
         w.scale_columns  # noqa: B018 (made and cached)

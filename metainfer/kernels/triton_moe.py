@@ -15,11 +15,34 @@ from .triton_moe_routing import moe_align_triton, select_experts_triton
 # %% auto #0
 __all__ = ['moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
 
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #f0dda40d
+@jit
+def _tile_dot(
+    a,  # [BLOCK_M, BLOCK_K] activations
+    w_ptrs,  # [BLOCK_K, BLOCK_N] pointers to the expert's weights (transposed)
+    w_mask,
+    s_ptr,  # FP8: the scales; None: 16-bit weights
+    s_rows,  # [BLOCK_N] offsets of the output columns' scale rows
+    k0,  # the tile's first column
+    n_ok,  # [BLOCK_N] the output columns that exist
+    GROUP: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    "`a · w` for one K tile; FP8 weights are widened to `a`'s dtype, the product scaled per column."
+    w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+    if GROUP:  # the tile lies inside one group of GROUP columns: one scale per output column
+        s = tl.load(s_ptr + s_rows + k0 // GROUP, mask=n_ok, other=0.0)
+        out = tl.dot(a, w.to(a.dtype), input_precision=PRECISION) * s[None, :]
+    else:
+        out = tl.dot(a, w, input_precision=PRECISION)
+    return out
+
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #c009
 @jit
 def _moe_gemm_kernel(
     a_ptr,
     w_ptr,
+    s_ptr,  # FP8 weights: their float32 scales [El, N, groups]; None for 16-bit weights
     out_ptr,
     sorted_ptr,
     block_expert_ptr,
@@ -33,11 +56,14 @@ def _moe_gemm_kernel(
     stride_am,
     stride_we,
     stride_wn,
+    stride_se,
+    stride_sn,
     stride_om,
     PAIR_TILES: tl.constexpr,
     GATED: tl.constexpr,
     GATHER_TOKENS: tl.constexpr,
     SCALE: tl.constexpr,
+    GROUP: tl.constexpr,  # FP8 weights: columns a scale covers; 0: 16-bit weights
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -63,6 +89,8 @@ def _moe_gemm_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     w_base = w_ptr + e * stride_we
+    s_gate = e * stride_se + n.to(tl.int64) * stride_sn  # the scale rows of FP8 weights
+    s_up = e * stride_se + (N + n).to(tl.int64) * stride_sn
     for k0 in range(0, Kdim, BLOCK_K):
         k = k0 + kk
         a = tl.load(
@@ -71,15 +99,11 @@ def _moe_gemm_kernel(
             other=0.0,
         )
         wmask = (n < N)[None, :] & (k < Kdim)[:, None]
-        w = tl.load(
-            w_base + n[None, :] * stride_wn + k[:, None], mask=wmask, other=0.0
-        )  # [BLOCK_K, BLOCK_N]
-        acc += tl.dot(a, w, input_precision=PRECISION)
+        w_gate = w_base + n[None, :] * stride_wn + k[:, None]  # [BLOCK_K, BLOCK_N]
+        acc += _tile_dot(a, w_gate, wmask, s_ptr, s_gate, k0, n < N, GROUP, PRECISION)
         if GATED:
-            w_up = tl.load(
-                w_base + (N + n)[None, :] * stride_wn + k[:, None], mask=wmask, other=0.0
-            )
-            acc_up += tl.dot(a, w_up, input_precision=PRECISION)
+            w_up = w_base + (N + n)[None, :] * stride_wn + k[:, None]
+            acc_up += _tile_dot(a, w_up, wmask, s_ptr, s_up, k0, n < N, GROUP, PRECISION)
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
     if SCALE:
@@ -134,11 +158,71 @@ def moe_tiles(pairs: int, itemsize: int = 2, pair_tiles: bool = False) -> dict:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3)
 
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #bb579d06
+def _expert_stack(w) -> tuple[Tensor, Tensor | None, int]:
+    "Expert weights as (data, FP8 scales or None, columns a scale covers: 0 for 16-bit weights)."
+    if isinstance(w, Tensor):
+        return w.contiguous(), None, 0
+    if w.group < w.shape[-1] and w.group & (w.group - 1):
+        raise ValueError(f"FP8 experts need scale groups of a power of two columns, not {w.group}")
+    return w.data.contiguous(), w.scale.contiguous(), w.group
+
+# %% ../../nbs/kernels/09e_triton_moe.ipynb #641c8427
+def _grouped_gemm(
+    a: Tensor,  # [rows, Kdim]: the tokens (gathered by pair) or the pairs' rows
+    stack,  # [El, N(·2 if GATED), Kdim]: the experts' weights, 16-bit or `Fp8Weight`
+    out: Tensor,  # [pairs or P, N]
+    route: tuple,  # sorted pairs, tiles' experts, routing weights, expert offset, El, pairs, K, P
+    tiles: dict,
+    use_pdl: bool,
+    GATED: bool = False,
+    GATHER_TOKENS: bool = False,
+    SCALE: bool = False,
+    PAIR_TILES: bool = False,
+) -> None:
+    "One launch of `_moe_gemm_kernel`: `out`'s rows are `a`'s rows times their expert's rows."
+    sorted_ids, block_expert, weights, offset, El, pairs, K, P = route
+    w, s, group = _expert_stack(stack)
+    N, Kdim = out.shape[1], a.shape[1]
+    if 0 < group < Kdim:  # a K step inside one scale group (both powers of two)
+        tiles = tiles | {"BLOCK_K": min(tiles["BLOCK_K"], group)}
+    on = use_pdl and pdl()
+    _moe_gemm_kernel[(P // tiles["BLOCK_M"], cdiv(N, tiles["BLOCK_N"]))](
+        a,
+        w,
+        s,
+        out,
+        sorted_ids,
+        block_expert,
+        weights,
+        offset,
+        El,
+        pairs,
+        K,
+        N,
+        Kdim,
+        a.stride(0),
+        w.stride(0),
+        w.stride(1),
+        0 if s is None else s.stride(0),
+        0 if s is None else s.stride(1),
+        out.stride(0),
+        PAIR_TILES=PAIR_TILES,
+        GATED=GATED,
+        GATHER_TOKENS=GATHER_TOKENS,
+        SCALE=SCALE,
+        GROUP=group,
+        PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        PDL=on,
+        launch_pdl=on,
+        **tiles,
+    )
+
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #e17ddcb9
 def fused_moe(
     x: Tensor,  # [T, D]
-    gate_up: Tensor,  # [El, 2·Il, D]
-    down: Tensor,  # [El, D, Il]
+    gate_up,  # [El, 2·Il, D]: a Tensor or an `Fp8Weight`
+    down,  # [El, D, Il]: likewise
     topk_weights: Tensor,  # [T, K] float32
     topk_ids: Tensor,  # [T, K]
     expert_start: int = 0,
@@ -154,71 +238,22 @@ def fused_moe(
     pair_tiles = (
         T == 1
     )  # one token's experts are distinct: each pair is a run of its own, nothing to sort
-    tiles = moe_tiles(T * K, gate_up.element_size(), pair_tiles)
+    itemsize = max(x.element_size(), _expert_stack(gate_up)[0].element_size())
+    tiles = moe_tiles(T * K, itemsize, pair_tiles)
     block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     if pair_tiles:
         sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
     else:
         sorted_ids, block_expert = moe_align_triton(topk_ids, expert_start, El, block_m, use_pdl)
         offset, P = 0, sorted_ids.shape[0]
-    x, gate_up, down = x.contiguous(), gate_up.contiguous(), down.contiguous()
-    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    route = (sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, P)
     h = torch.empty(P, Il, dtype=x.dtype, device=x.device)
-    _moe_gemm_kernel[(P // block_m, cdiv(Il, tiles["BLOCK_N"]))](
-        x,
-        gate_up,
-        h,
-        sorted_ids,
-        block_expert,
-        topk_weights,
-        offset,
-        El,
-        T * K,
-        K,
-        Il,
-        D,
-        x.stride(0),
-        gate_up.stride(0),
-        gate_up.stride(1),
-        h.stride(0),
-        PAIR_TILES=pair_tiles,
-        GATED=True,
-        GATHER_TOKENS=True,
-        SCALE=False,
-        PRECISION=precision,
-        PDL=use_pdl and pdl(),
-        launch_pdl=use_pdl and pdl(),
-        **tiles,
-    )
+    flags = dict(PAIR_TILES=pair_tiles, use_pdl=use_pdl)
+    _grouped_gemm(x.contiguous(), gate_up, h, route, tiles, GATED=True, GATHER_TOKENS=True, **flags)
     out = torch.empty(
         T * K, D, dtype=torch.float32, device=x.device
     )  # rows of other ranks' pairs stay unwritten
-    _moe_gemm_kernel[(P // block_m, cdiv(D, tiles["BLOCK_N"]))](
-        h,
-        down,
-        out,
-        sorted_ids,
-        block_expert,
-        topk_weights.float().contiguous(),
-        offset,
-        El,
-        T * K,
-        K,
-        D,
-        Il,
-        h.stride(0),
-        down.stride(0),
-        down.stride(1),
-        out.stride(0),
-        PAIR_TILES=pair_tiles,
-        GATED=False,
-        GATHER_TOKENS=False,
-        SCALE=True,
-        PRECISION=precision,
-        PDL=use_pdl and pdl(),
-        launch_pdl=use_pdl and pdl(),
-        **tiles,
-    )
+    _grouped_gemm(h, down, out, route, tiles, SCALE=True, **flags)
     y = torch.empty(T, D, dtype=out_dtype or x.dtype, device=x.device)
     if add is not None:
         add = add.contiguous()
@@ -254,6 +289,7 @@ class TritonMoE:
     "Triton routed experts, with the interface of `TorchMoE`: the GPU backend of the MoE table."
 
     name = "triton"
+    fp8_experts = True  # takes FP8 expert weights (`Fp8Weight`s), as weight-only FP8
     router_logits = staticmethod(router_logits_16bit)
 
     def __init__(self, use_pdl: bool = True):
