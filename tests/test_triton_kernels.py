@@ -79,10 +79,11 @@ def test_two_engines_two_backends_interleaved(checkpoints):
             llm.shutdown()
 
 
-def both_backends(path: str, fp8_experts: bool = False) -> tuple[dict, dict]:
+def both_backends(path: str, fp8_experts: bool = False, **engine) -> tuple[dict, dict]:
     """Greedy tokens and every step's logits on the torch and the Triton kernels: three prompts
     sharing a 20-token prefix (block size 4: the later prefills hit the prefix cache), 6 tokens
-    each. `fp8_experts`: check that the MoE experts are held in FP8 on both."""
+    each. `fp8_experts`: check that the MoE experts are held in FP8 on both. `engine`: more `LLM`
+    arguments."""
     g = torch.Generator().manual_seed(0)
     shared = torch.randint(0, 1000, (20,), generator=g).tolist()
     prompts = [shared + torch.randint(0, 1000, (n,), generator=g).tolist() for n in (3, 9, 1)]
@@ -90,7 +91,9 @@ def both_backends(path: str, fp8_experts: bool = False) -> tuple[dict, dict]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokens, logits = {}, {}
     for backend in ("torch", "triton"):
-        llm = LLM(path, dtype="float32", device=device, kernel_backend=backend, block_size=4)
+        llm = LLM(
+            path, dtype="float32", device=device, kernel_backend=backend, block_size=4, **engine
+        )
         assert (
             llm.engine.runner.kernel_backend.split("/")[0].removesuffix("+pdl") == backend
         )  # GPU: "triton/varlen+pdl"
@@ -112,14 +115,19 @@ def both_backends(path: str, fp8_experts: bool = False) -> tuple[dict, dict]:
     return tokens, logits
 
 
-def test_fp8_experts_triton_equals_torch(checkpoints, tmp_path):
-    """A tiny DeepSeek-V2 in block-wise FP8 (16 x 16 blocks, written by transformers' quantizer):
-    the Triton backend holds the experts in FP8 too (weight-only FP8 in its MoE kernel), and gives
-    the torch backend's tokens and logits."""
+@pytest.mark.parametrize("layout", ["block", "online"])
+def test_fp8_experts_triton_equals_torch(layout, checkpoints, tmp_path):
+    """A tiny DeepSeek-V2 with FP8 experts: a block-wise checkpoint (16 x 16 blocks, written by
+    transformers' quantizer) and `quantization="fp8"` on the dense one (a scale per row). The
+    Triton backend holds the experts in FP8 too (weight-only FP8 in its MoE kernel) and gives the
+    torch backend's tokens and logits."""
     from metainfer.kernels.triton_launch import relative_error
     from metainfer.testing_fp8 import write_block_fp8
 
     src = checkpoints("deepseek-v2-tiny", initializer_range=0.2)
-    tokens, logits = both_backends(str(write_block_fp8(src, tmp_path / "fp8", (16, 16))), True)
+    if layout == "block":
+        tokens, logits = both_backends(str(write_block_fp8(src, tmp_path / "fp8", (16, 16))), True)
+    else:
+        tokens, logits = both_backends(str(src), True, quantization="fp8")
     assert tokens["triton"] == tokens["torch"]
     assert max(relative_error(a, b) for a, b in zip(logits["triton"], logits["torch"])) < 1e-5
