@@ -6,9 +6,9 @@ latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
-deepseek-tp4-throughput; tiny-train, greedy (issue 29); fp8-qwen, fp8-qwen-throughput,
-fp8-deepseek-b1, fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30):
-one call (570 s) holds about two of them.
+deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
+fp8-qwen-throughput, fp8-deepseek-b1, fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny,
+fp8-agreement (issue 30): one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -698,6 +698,23 @@ def greedy_on(root: Path, suffix: str = "", timeout: float = 240) -> None:
     "`bench greedy` on both trained models under `root`, into greedy-<name><suffix>.json."
     for name in TRAINED:
         bench(f"greedy {root / name} --name greedy-{name}{suffix}", timeout)
+
+
+def stage_greedy_control():
+    """Issue 29: `bench greedy --control` on both embedded tiny models at once: HF in float32 and HF
+    with eager attention beside HF's sdpa, the two floors (each engine with a fixed KV pool of
+    2,048 blocks, as in tiny-train, since engines started together cannot share the free memory)."""
+    root = Path("metainfer/assets/models")
+    sh_together(
+        [
+            f"{PY} -m metainfer bench greedy {root / name} --control --num-kv-blocks 2048 "
+            f"--name greedy-control-{name} --out {RES.resolve()} "
+            f"> {RES}/greedy-control-{name}.log 2>&1"
+            for name in TRAINED
+        ],
+        400,
+    )
+    keep()
 
 
 def stage_greedy():
