@@ -191,14 +191,21 @@ def control(
 
 # %% ../../nbs/bench/18fa_greedy.ipynb #9cbf68a5
 def attention_control(
-    model_dir: str, device: str, dtype, prompts: list[list[int]], n: int, hf: list[list[int]]
+    model_dir: str,
+    device: str,
+    dtype,
+    prompts: list[list[int]],
+    n: int,
+    hf: list[list[int]],  # HF's completions with its default attention
+    default: str,  # the name of that attention (`config._attn_implementation`), e.g. "sdpa"
 ) -> dict:
     "HF with eager attention as another reference: how many of its completions equal HF's `hf`."
     from metainfer.testing import hf_model
 
     free_memory()
     eager, _ = hf_completions(hf_model(model_dir, dtype, device, "eager"), prompts, n)
-    return {"hf_eager_attention_identical_to_hf": sum(a == b for a, b in zip(eager, hf))}
+    same = sum(a == b for a, b in zip(eager, hf))
+    return {"hf_attention": default, "hf_eager_attention_identical_to_hf": same}
 
 # %% ../../nbs/bench/18fa_greedy.ipynb #db1b1bbe
 def summary(run: dict) -> str:
@@ -221,8 +228,9 @@ def _print_summaries(res: dict, runs: list[dict], n: int) -> None:
         same = res["control_fp32"]["hf_bf16_identical_to_hf_fp32"]
         print(f"control: HF bf16 equals HF fp32 on {same}/{n} prompts")
     if "control_attention" in res:
-        same = res["control_attention"]["hf_eager_attention_identical_to_hf"]
-        print(f"control: HF with eager attention equals HF (sdpa) on {same}/{n} prompts")
+        ctl = res["control_attention"]
+        same, name = ctl["hf_eager_attention_identical_to_hf"], ctl["hf_attention"]
+        print(f"control: HF with eager attention equals HF ({name}) on {same}/{n} prompts")
 
 # %% ../../nbs/bench/18fa_greedy.ipynb #89f72495
 def main(args: argparse.Namespace) -> dict:
@@ -237,7 +245,10 @@ def main(args: argparse.Namespace) -> dict:
     res, runs = engine_runs(args, prompts)
     device, dtype = res.pop("device"), res.pop("dtype")
     t = time.perf_counter()
-    hf, top = hf_completions(hf_model(args.model, dtype, str(device)), prompts, args.output_len)
+    ref = hf_model(args.model, dtype, str(device))
+    hf, top = hf_completions(ref, prompts, args.output_len)
+    attention = ref.config._attn_implementation
+    del ref
     res["hf"] = {"seconds": time.perf_counter() - t, "tokens": hf, "dtype": str(dtype)}
     for run in runs:
         run |= compare(run["tokens"], hf, top)
@@ -246,7 +257,7 @@ def main(args: argparse.Namespace) -> dict:
     elif args.control:
         res["control_fp32"] = control(args.model, str(device), prompts, args.output_len, hf, runs)
         res["control_attention"] = attention_control(
-            args.model, str(device), dtype, prompts, args.output_len, hf
+            args.model, str(device), dtype, prompts, args.output_len, hf, attention
         )
     res["metainfer"] = {"runs": runs}
     res["prompts"], res["near_tie_bf16_units"] = texts, NEAR_TIE_ULPS
