@@ -238,8 +238,7 @@ def fused_moe(
     pair_tiles = (
         T == 1
     )  # one token's experts are distinct: each pair is a run of its own, nothing to sort
-    itemsize = max(x.element_size(), _expert_stack(gate_up)[0].element_size())
-    tiles = moe_tiles(T * K, itemsize, pair_tiles)
+    tiles = moe_tiles(T * K, max(x.element_size(), gate_up.dtype.itemsize), pair_tiles)
     block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     if pair_tiles:
         sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
