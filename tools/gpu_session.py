@@ -646,9 +646,8 @@ def stage_tiny_train():
     tools/tiny_models/tokenizer.py); the checkpoints come back as $OUT/models.tar.part-*. With
     TRAIN_VARIANTS="FLAGS;FLAGS..." (train.py flags, e.g. "--steps 2700 --keep last"): each
     variant trains into TINY_MODELS/v<i>/, all at once (these models leave the GPU mostly idle),
-    then `bench greedy` compares each with HF (GREEDY_AT_ONCE at a time, each engine with a
-    fixed KV pool of 2,048 blocks, since a share of the free memory fails for engines started
-    together); the variant with the most identical completions in its worst run comes back."""
+    then `bench greedy` compares each with HF (GREEDY_AT_ONCE at a time: `greedy_alongside`);
+    per model, the variant with the most identical completions in its worst run comes back."""
     variants = [v.strip() for v in os.environ.get("TRAIN_VARIANTS", "").split(";") if v.strip()]
     outs = [TINY_MODELS / f"v{i}" for i in range(len(variants))] if variants else [TINY_MODELS]
     cmds = [
@@ -667,9 +666,7 @@ def stage_tiny_train():
         return sh(f"tar cf - -C {TINY_MODELS} . | split -b 15M - {OUT}/models.tar.part-")
     at_once = int(os.environ.get("GREEDY_AT_ONCE", "4"))
     benches = [
-        f"{PY} -m metainfer bench greedy {out / name} --num-kv-blocks 2048 "
-        f"--name greedy-{name}-{out.name} --out {RES.resolve()} "
-        f"> {RES}/greedy-{name}-{out.name}.log 2>&1"
+        greedy_alongside(out / name, f"greedy-{name}-{out.name}")
         for out in outs
         for name in TRAINED
     ]
@@ -694,25 +691,27 @@ def worst_identical(name: str, variant: str) -> int:
     return min(run["identical"] for run in runs) if len(runs) == 4 else -1
 
 
-def greedy_on(root: Path, suffix: str = "", timeout: float = 240) -> None:
-    "`bench greedy` on both trained models under `root`, into greedy-<name><suffix>.json."
+def greedy_on(root: Path) -> None:
+    "`bench greedy` on both trained models under `root`, in turn, into greedy-<name>.json."
     for name in TRAINED:
-        bench(f"greedy {root / name} --name greedy-{name}{suffix}", timeout)
+        bench(f"greedy {root / name} --name greedy-{name}", 240)
+
+
+def greedy_alongside(model: Path, name: str, flags: str = "") -> str:
+    """The command of a `bench greedy` that runs beside others (`sh_together`): a fixed KV pool of
+    2,048 blocks, since engines started together cannot share the free memory; its log to RES."""
+    return (
+        f"{PY} -m metainfer bench greedy {model} {flags} --num-kv-blocks 2048 --name {name} "
+        f"--out {RES.resolve()} > {RES}/{name}.log 2>&1"
+    )
 
 
 def stage_greedy_control():
     """Issue 29: `bench greedy --control` on both embedded tiny models at once: HF in float32 and HF
-    with eager attention beside HF's sdpa, the two floors (each engine with a fixed KV pool of
-    2,048 blocks, as in tiny-train, since engines started together cannot share the free memory)."""
+    with eager attention beside HF's sdpa, the two floors."""
     root = Path("metainfer/assets/models")
     sh_together(
-        [
-            f"{PY} -m metainfer bench greedy {root / name} --control --num-kv-blocks 2048 "
-            f"--name greedy-control-{name} --out {RES.resolve()} "
-            f"> {RES}/greedy-control-{name}.log 2>&1"
-            for name in TRAINED
-        ],
-        400,
+        [greedy_alongside(root / n, f"greedy-control-{n}", "--control") for n in TRAINED], 400
     )
     keep()
 
