@@ -10,6 +10,7 @@ from torch import Tensor
 from .elementwise import linear_ref
 from ..layers.router import router_logits
 from .triton_launch import available, cdiv, jit, pdl, pdl_sync, tl
+from .triton_linear import quantize_activations
 from .triton_moe_routing import moe_align_triton, select_experts_triton
 
 # %% auto #0
@@ -18,7 +19,8 @@ __all__ = ['moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #f0dda40d
 @jit
 def _tile_dot(
-    a,  # [BLOCK_M, BLOCK_K] activations
+    a,  # [BLOCK_M, BLOCK_K] activations: 16-bit, or FP8 with A8
+    a_s,  # A8: [BLOCK_M] the activations' scales for this K tile
     w_ptrs,  # [BLOCK_K, BLOCK_N] pointers to the expert's weights (transposed)
     w_mask,
     s_ptr,  # FP8: the scales; None: 16-bit weights
@@ -26,13 +28,18 @@ def _tile_dot(
     k0,  # the tile's first column
     n_ok,  # [BLOCK_N] the output columns that exist
     GROUP: tl.constexpr,
+    A8: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    "`a · w` for one K tile; FP8 weights are widened to `a`'s dtype, the product scaled per column."
+    """`a · w` for one K tile. FP8 weights are widened to `a`'s dtype and the product scaled per
+    column; with FP8 activations (`A8`) the two multiply as they are, scaled per row and column."""
     w = tl.load(w_ptrs, mask=w_mask, other=0.0)
     if GROUP:  # the tile lies inside one group of GROUP columns: one scale per output column
         s = tl.load(s_ptr + s_rows + k0 // GROUP, mask=n_ok, other=0.0)
-        out = tl.dot(a, w.to(a.dtype), input_precision=PRECISION) * s[None, :]
+        if A8:
+            out = tl.dot(a, w) * a_s[:, None] * s[None, :]
+        else:
+            out = tl.dot(a, w.to(a.dtype), input_precision=PRECISION) * s[None, :]
     else:
         out = tl.dot(a, w, input_precision=PRECISION)
     return out
@@ -41,6 +48,7 @@ def _tile_dot(
 @jit
 def _moe_gemm_kernel(
     a_ptr,
+    as_ptr,  # A8: the activations' float32 scales [rows, groups]
     w_ptr,
     s_ptr,  # FP8 weights: their float32 scales [El, N, groups]; None for 16-bit weights
     out_ptr,
@@ -54,6 +62,7 @@ def _moe_gemm_kernel(
     N,
     Kdim,
     stride_am,
+    stride_asm,
     stride_we,
     stride_wn,
     stride_se,
@@ -64,6 +73,7 @@ def _moe_gemm_kernel(
     GATHER_TOKENS: tl.constexpr,
     SCALE: tl.constexpr,
     GROUP: tl.constexpr,  # FP8 weights: columns a scale covers; 0: 16-bit weights
+    A8: tl.constexpr,  # FP8 activations too, a scale per row and GROUP columns
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -98,12 +108,15 @@ def _moe_gemm_kernel(
             mask=valid[:, None] & (k < Kdim)[None, :],
             other=0.0,
         )
+        a_s = 1.0
+        if A8:
+            a_s = tl.load(as_ptr + a_row * stride_asm + k0 // GROUP, mask=valid, other=0.0)
         wmask = (n < N)[None, :] & (k < Kdim)[:, None]
         w_gate = w_base + n[None, :] * stride_wn + k[:, None]  # [BLOCK_K, BLOCK_N]
-        acc += _tile_dot(a, w_gate, wmask, s_ptr, s_gate, k0, n < N, GROUP, PRECISION)
+        acc += _tile_dot(a, a_s, w_gate, wmask, s_ptr, s_gate, k0, n < N, GROUP, A8, PRECISION)
         if GATED:
             w_up = w_base + (N + n)[None, :] * stride_wn + k[:, None]
-            acc_up += _tile_dot(a, w_up, wmask, s_ptr, s_up, k0, n < N, GROUP, PRECISION)
+            acc_up += _tile_dot(a, a_s, w_up, wmask, s_ptr, s_up, k0, n < N, GROUP, A8, PRECISION)
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
     if SCALE:
@@ -147,13 +160,25 @@ def _moe_sum_kernel(
     tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #83c025a3
-def moe_tiles(pairs: int, itemsize: int = 2, pair_tiles: bool = False) -> dict:
+_A8_PAIRS = 512  # FP8 experts take FP8 activations above this many (token, expert) pairs
+
+
+def moe_tiles(
+    pairs: int,
+    itemsize: int = 2,
+    pair_tiles: bool = False,
+    fp8_activations: bool = False,
+    fp8_weights: bool = False,
+) -> dict:
     """Tile sizes and launch options of the two grouped GEMMs for `pairs` (token, expert) pairs
-    (H200 sweeps run7, run15)."""
+    (H200 sweeps run7, run15; FP8: tools/fp8_probes/moe_tiles.py on an H100 and an H200)."""
+    if fp8_activations:
+        return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, num_warps=8, num_stages=4)
     # for 16-bit weights; float32 ones get half the K tile, so the staged tiles still fit in shared
     # memory
-    if pair_tiles:
-        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
+    if pair_tiles:  # FP8 weights: half the bytes a stage, so more stages in flight (6-8 % faster)
+        stages = 5 if fp8_weights else 3
+        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256 // itemsize, num_warps=4, num_stages=stages)
     if pairs <= 512:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256 // itemsize, num_warps=4, num_stages=3)
     return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=3)
@@ -179,6 +204,7 @@ def _grouped_gemm(
     GATHER_TOKENS: bool = False,
     SCALE: bool = False,
     PAIR_TILES: bool = False,
+    a_scales: Tensor | None = None,  # FP8 `a`: its scales per row and the weights' group
 ) -> None:
     "One launch of `_moe_gemm_kernel`: `out`'s rows are `a`'s rows times their expert's rows."
     sorted_ids, block_expert, weights, offset, El, pairs, K, P = route
@@ -189,6 +215,7 @@ def _grouped_gemm(
     on = use_pdl and pdl()
     _moe_gemm_kernel[(P // tiles["BLOCK_M"], cdiv(N, tiles["BLOCK_N"]))](
         a,
+        a_scales,
         w,
         s,
         out,
@@ -202,6 +229,7 @@ def _grouped_gemm(
         N,
         Kdim,
         a.stride(0),
+        0 if a_scales is None else a_scales.stride(0),
         w.stride(0),
         w.stride(1),
         0 if s is None else s.stride(0),
@@ -212,6 +240,7 @@ def _grouped_gemm(
         GATHER_TOKENS=GATHER_TOKENS,
         SCALE=SCALE,
         GROUP=group,
+        A8=a_scales is not None,
         PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
         PDL=on,
         launch_pdl=on,
@@ -230,6 +259,7 @@ def fused_moe(
     block_m: int | None = None,
     out_dtype: torch.dtype | None = None,
     use_pdl: bool = True,
+    fp8_activations: bool | None = None,  # FP8 experts: FP8 activations too (None: by size)
 ) -> Tensor:  # float32: a partial sum for the all-reduce
     "`Σ_k w_k · expert_{id_k}(x)` over this rank's experts, as `fused_moe_ref`, in two grouped"
     "GEMMs."
@@ -238,7 +268,14 @@ def fused_moe(
     pair_tiles = (
         T == 1
     )  # one token's experts are distinct: each pair is a run of its own, nothing to sort
-    tiles = moe_tiles(T * K, max(x.element_size(), gate_up.dtype.itemsize), pair_tiles)
+    # FP8 activations: the tensor cores' FP8 K step is 32 columns, and a K tile stays in one group
+    fp8_weights = not isinstance(gate_up, Tensor)
+    a8_fits = fp8_weights and all(w.group >= min(32, k) for w, k in ((gate_up, D), (down, Il)))
+    if fp8_activations and not a8_fits:
+        raise ValueError("FP8 activations need FP8 experts in scale groups of 32 columns or more")
+    a8 = a8_fits and (T * K > _A8_PAIRS if fp8_activations is None else fp8_activations)
+    itemsize = max(x.element_size(), gate_up.dtype.itemsize)
+    tiles = moe_tiles(T * K, itemsize, pair_tiles and not a8, a8, fp8_weights)
     block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     if pair_tiles:
         sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
@@ -247,12 +284,14 @@ def fused_moe(
         offset, P = 0, sorted_ids.shape[0]
     route = (sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, P)
     h = torch.empty(P, Il, dtype=x.dtype, device=x.device)
-    flags = dict(PAIR_TILES=pair_tiles, use_pdl=use_pdl)
-    _grouped_gemm(x.contiguous(), gate_up, h, route, tiles, GATED=True, GATHER_TOKENS=True, **flags)
+    gemm = partial(_grouped_gemm, route=route, tiles=tiles, use_pdl=use_pdl, PAIR_TILES=pair_tiles)
+    xq, xs = quantize_activations(x, min(gate_up.group, D)) if a8 else (x.contiguous(), None)
+    gemm(xq, gate_up, h, a_scales=xs, GATED=True, GATHER_TOKENS=True)
     out = torch.empty(
         T * K, D, dtype=torch.float32, device=x.device
     )  # rows of other ranks' pairs stay unwritten
-    _grouped_gemm(h, down, out, route, tiles, SCALE=True, **flags)
+    hq, hs = quantize_activations(h, min(down.group, Il)) if a8 else (h, None)
+    gemm(hq, down, out, a_scales=hs, SCALE=True)
     y = torch.empty(T, D, dtype=out_dtype or x.dtype, device=x.device)
     if add is not None:
         add = add.contiguous()
@@ -288,7 +327,7 @@ class TritonMoE:
     "Triton routed experts, with the interface of `TorchMoE`: the GPU backend of the MoE table."
 
     name = "triton"
-    fp8_experts = True  # takes FP8 expert weights (`Fp8Weight`s), as weight-only FP8
+    fp8_experts = True  # takes FP8 expert weights (`Fp8Weight`s); FP8 activations past _A8_PAIRS
     router_logits = staticmethod(router_logits_16bit)
 
     def __init__(self, use_pdl: bool = True):
