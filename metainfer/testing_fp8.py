@@ -117,13 +117,11 @@ def write_channel_fp8(src: str | Path, dst: str | Path) -> Path:
 # %% ../nbs/02a_testing_fp8.ipynb #f8013
 def write_dequantized(fp8_dir: str | Path, dst: str | Path) -> Path:
     """An FP8 checkpoint's weights dequantized to float32 by the writer's library (transformers'
-    `Fp8Dequantize`, compressed-tensors' `dequantize`): the dense model HF is the reference on."""
-    from compressed_tensors.quantization.lifecycle.forward import dequantize
-    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+    `Fp8Dequantize`, compressed-tensors' `dequantize`, imported only for a per-channel checkpoint):
+    the dense model HF is the reference on."""
     from transformers.integrations.finegrained_fp8 import Fp8Dequantize
 
-    fp8_dir, channel = Path(fp8_dir), preset_name_to_scheme("FP8_DYNAMIC", ["Linear"]).weights
-    tensors = {}
+    fp8_dir, tensors = Path(fp8_dir), {}
     for path in fp8_dir.glob("*.safetensors"):
         with safe_open(path, framework="pt") as f:
             tensors |= {n: f.get_tensor(n) for n in f.keys()}
@@ -135,6 +133,10 @@ def write_dequantized(fp8_dir: str | Path, dst: str | Path) -> Path:
         if (s := tensors.get(base + "weight_scale_inv")) is not None:
             return {name: Fp8Dequantize(None)._dequantize_one(t, s, torch.float32)}
         if (s := tensors.get(base + "weight_scale")) is not None:
+            from compressed_tensors.quantization.lifecycle.forward import dequantize
+            from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+
+            channel = preset_name_to_scheme("FP8_DYNAMIC", ["Linear"]).weights
             return {name: dequantize(t, s.float(), args=channel, dtype=torch.float32)}
         return {name: t}
 

@@ -5,7 +5,9 @@ well (W8A8), so a twin's tokens agree until a near-tie; `identical_prompts` coun
 whose 64 tokens all agree.
 
 Usage: python3 tools/fp8_gpu_check.py OUT.json   (block-wise needs transformers only; the
-per-channel layout needs compressed-tensors, skipped with a note where it does not import)
+per-channel layout needs compressed-tensors, skipped with a note where it does not import: carry
+compressed-tensors, loguru, pydantic, pydantic-core, annotated-types, typing-inspection and
+typing-extensions as wheels, as tools/gpu_session.py's docstring says for the others)
 """
 
 import json
