@@ -11,7 +11,7 @@ from .elementwise import linear_ref
 from ..layers.router import router_logits
 from .triton_launch import available, cdiv, jit, pdl, pdl_sync, tl
 from .triton_linear import quantize_activations
-from .triton_moe_routing import moe_align_triton, select_experts_triton
+from .triton_moe_routing import moe_align_triton, moe_sum, select_experts_triton
 
 # %% auto #0
 __all__ = ['moe_tiles', 'fused_moe', 'router_logits_16bit', 'TritonMoE']
@@ -127,37 +127,6 @@ def _moe_gemm_kernel(
         acc.to(out_ptr.dtype.element_ty),
         mask=valid[:, None] & (n < N)[None, :],
     )
-
-# %% ../../nbs/kernels/09e_triton_moe.ipynb #cb78c98e
-@jit
-def _moe_sum_kernel(
-    rows_ptr,
-    ids_ptr,
-    add_ptr,
-    out_ptr,
-    expert_start,
-    n_experts,
-    D,
-    K: tl.constexpr,
-    HAS_ADD: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """Each token's `K` weighted expert rows summed in float32 (other ranks' experts skipped), `+
-    add`, cast to the output."""
-    t = tl.program_id(0).to(tl.int64)
-    pdl_sync(PDL)
-    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    acc = tl.zeros([BLOCK_D], tl.float32)
-    for k in tl.static_range(K):
-        e = tl.load(ids_ptr + t * K + k) - expert_start
-        row = tl.load(
-            rows_ptr + (t * K + k) * D + d, mask=d < D, other=0.0
-        )  # unwritten (garbage) if not local:
-        acc += tl.where((e >= 0) & (e < n_experts), row, 0.0)  # selected away, never multiplied
-    if HAS_ADD:
-        acc += tl.load(add_ptr + t * D + d, mask=d < D, other=0.0).to(tl.float32)
-    tl.store(out_ptr + t * D + d, acc, mask=d < D)
 
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #83c025a3
 _A8_PAIRS = 512  # FP8 experts take FP8 activations above this many (token, expert) pairs
@@ -292,25 +261,7 @@ def fused_moe(
     )  # rows of other ranks' pairs stay unwritten
     hq, hs = quantize_activations(h, min(down.group, Il)) if a8 else (h, None)
     gemm(hq, down, out, a_scales=hs, SCALE=True)
-    y = torch.empty(T, D, dtype=out_dtype or x.dtype, device=x.device)
-    if add is not None:
-        add = add.contiguous()
-    _moe_sum_kernel[(T, cdiv(D, 256))](
-        out,
-        topk_ids,
-        add,
-        y,
-        expert_start,
-        El,
-        D,
-        K=K,
-        HAS_ADD=add is not None,
-        BLOCK_D=256,
-        PDL=use_pdl and pdl(),
-        launch_pdl=use_pdl and pdl(),
-        num_warps=2,
-    )
-    return y
+    return moe_sum(out, topk_ids, expert_start, El, add, out_dtype or x.dtype, use_pdl)
 
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #14d43f55
 def router_logits_16bit(x: Tensor, weight: Tensor) -> Tensor:
