@@ -173,12 +173,15 @@ def _grouped_gemm(
     GATHER_TOKENS: bool = False,
     SCALE: bool = False,
     PAIR_TILES: bool = False,
-    a_scales: Tensor | None = None,  # FP8 `a`: its scales per row and the weights' group
+    fp8_activations: bool = False,  # `a` quantized per row and the weights' group first (A8)
 ) -> None:
     "One launch of `_moe_gemm_kernel`: `out`'s rows are `a`'s rows times their expert's rows."
     sorted_ids, block_expert, weights, offset, El, pairs, K, P = route
     w, s, group = _expert_stack(stack)
     N, Kdim = out.shape[1], a.shape[1]
+    a, a_scales = (
+        quantize_activations(a, min(group, Kdim)) if fp8_activations else (a.contiguous(), None)
+    )
     if 0 < group < Kdim:  # a K step inside one scale group (both powers of two)
         tiles = tiles | {"BLOCK_K": min(tiles["BLOCK_K"], group)}
     on = use_pdl and pdl()
@@ -254,13 +257,11 @@ def fused_moe(
     route = (sorted_ids, block_expert, topk_weights.float().contiguous(), offset, El, T * K, K, P)
     h = torch.empty(P, Il, dtype=x.dtype, device=x.device)
     gemm = partial(_grouped_gemm, route=route, tiles=tiles, use_pdl=use_pdl, PAIR_TILES=pair_tiles)
-    xq, xs = quantize_activations(x, min(gate_up.group, D)) if a8 else (x.contiguous(), None)
-    gemm(xq, gate_up, h, a_scales=xs, GATED=True, GATHER_TOKENS=True)
+    gemm(x, gate_up, h, fp8_activations=a8, GATED=True, GATHER_TOKENS=True)
     out = torch.empty(
         T * K, D, dtype=torch.float32, device=x.device
     )  # rows of other ranks' pairs stay unwritten
-    hq, hs = quantize_activations(h, min(down.group, Il)) if a8 else (h, None)
-    gemm(hq, down, out, a_scales=hs, SCALE=True)
+    gemm(h, down, out, fp8_activations=a8, SCALE=True)
     return moe_sum(out, topk_ids, expert_start, El, add, out_dtype or x.dtype, use_pdl)
 
 # %% ../../nbs/kernels/09e_triton_moe.ipynb #14d43f55
