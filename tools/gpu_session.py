@@ -7,8 +7,9 @@ allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agre
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
 deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
-fp8-qwen-throughput, fp8-deepseek-b1, fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny,
-fp8-agreement (issue 30): one call (570 s) holds about two of them.
+fp8-qwen-throughput, fp8-qwen-profile, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
+fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30): one call (570 s)
+holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -769,6 +770,23 @@ def stage_fp8_qwen_throughput():
     bf16, fp8 = checkpoint("Qwen3-8B"), fp8_checkpoint("Qwen3-8B")
     bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
     bench(f"throughput {bf16} --name throughput-qwen3-8b-bf16")
+
+
+def stage_fp8_qwen_profile():
+    """Issue 30: Qwen3-8B block-wise FP8 offline throughput at defaults with `--profile` (where
+    a decode step and a prefill step spend their time), for the 14,000 out tok/s bar."""
+    bench(f"throughput {fp8_checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-fp8 --profile")
+
+
+def stage_fp8_qwen_throughput_ab2():
+    """Issue 30: Qwen3-8B block-wise FP8 offline throughput at defaults, the current package (first
+    run profiled) and each `older_packages()`, alternating twice in one call."""
+    fp8 = fp8_checkpoint("Qwen3-8B")
+    for i in (1, 2):
+        profile = " --profile" if i == 1 else ""
+        bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-{i}{profile}", 150)
+        for at in older_packages():
+            bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-at-{at.name}-{i}", 150, at)
 
 
 def stage_fp8_deepseek_b1():

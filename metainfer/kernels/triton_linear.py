@@ -26,21 +26,23 @@ def _quantize_rows_kernel(
     q_ptr,
     s_ptr,
     K,
+    G,
     stride_xm,
     stride_qm,
     stride_sm,
     stride_sg,
     GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
+    GROUP_BLOCK: tl.constexpr,  # GROUP rounded up to a power of two
+    GROUPS: tl.constexpr,  # groups a program quantizes
 ):
-    m, g = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    i = tl.arange(0, BLOCK)
-    k = g * GROUP + i
-    mask = (i < GROUP) & (k < K)
+    m, g = tl.program_id(0).to(tl.int64), tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    i = tl.arange(0, GROUP_BLOCK)
+    k = g[:, None] * GROUP + i[None, :]  # [GROUPS, GROUP_BLOCK]: a group a row
+    mask = (i < GROUP)[None, :] & (k < K)
     x = tl.load(x_ptr + m * stride_xm + k, mask=mask, other=0.0).to(tl.float32)
-    s = tl.maximum(tl.max(tl.abs(x), 0) / 448.0, 1e-12)
-    tl.store(q_ptr + m * stride_qm + k, (x / s).to(q_ptr.dtype.element_ty), mask=mask)
-    tl.store(s_ptr + m * stride_sm + g * stride_sg, s)
+    s = tl.maximum(tl.max(tl.abs(x), 1) / 448.0, 1e-12)
+    tl.store(q_ptr + m * stride_qm + k, (x / s[:, None]).to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + m * stride_sm + g * stride_sg, s, mask=g < G)
 
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #8fdfd987
 def quantize_activations(x: Tensor, group: int, outer_major: bool = False) -> tuple[Tensor, Tensor]:
@@ -58,19 +60,22 @@ def quantize_activations(x: Tensor, group: int, outer_major: bool = False) -> tu
         if outer_major
         else torch.empty(M, G, device=x.device)
     )
-    block = next_pow2(group)
-    _quantize_rows_kernel[(M, G)](
+    block = next_pow2(min(group, K))
+    groups = min(max(1, 2048 // block), next_pow2(G))
+    _quantize_rows_kernel[(M, cdiv(G, groups))](
         x,
         q,
         s,
         K,
+        G,
         x.stride(0),
         q.stride(0),
         s.stride(0),
         s.stride(1),
         GROUP=group,
-        BLOCK=block,
-        num_warps=4 if block <= 1024 else 8,
+        GROUP_BLOCK=block,
+        GROUPS=groups,
+        num_warps=4 if groups * block <= 2048 else 8,
     )
     return q, s
 
