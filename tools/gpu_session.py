@@ -8,8 +8,8 @@ deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-la
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
 deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
 fp8-qwen-throughput, fp8-qwen-profile, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
-fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30): one call (570 s)
-holds about two of them.
+fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); free-ckpt: one call
+(570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -787,6 +787,11 @@ def stage_fp8_qwen_throughput_ab2():
         bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-{i}{profile}", 150)
         for at in older_packages():
             bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-at-{at.name}-{i}", 150, at)
+
+
+def stage_free_ckpt():
+    "Removes every checkpoint this machine wrote (the disk holds Qwen3-8B's pair or DeepSeek's)."
+    shutil.rmtree(CKPT, ignore_errors=True)
 
 
 def stage_fp8_deepseek_b1():
