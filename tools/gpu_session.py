@@ -7,7 +7,7 @@ allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agre
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
 deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
-fp8-qwen-throughput, fp8-qwen-profile, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
+fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); free-ckpt: one call
 (570 s) holds about two of them.
 
@@ -313,14 +313,20 @@ def stage_throughput_ab():
         )
 
 
-def stage_throughput_ab2():
-    """Stage throughput twice with the current package and twice with each `older_packages()`,
-    alternating in one call (runs vary by about 2 %: one pair shows no gain)."""
+def throughput_ab2(model: Path, name: str, timeout: float, profile_first: bool = False) -> None:
+    """Offline throughput of `model` twice with the current package and twice with each
+    `older_packages()`, alternating in one call (runs vary by about 2 %: one pair shows no gain);
+    `profile_first`: the current package's first run with `--profile`."""
     for i in (1, 2):
-        stage = f"throughput {checkpoint('Qwen3-8B')}"
-        bench(f"{stage} --name throughput-qwen3-8b-{i}", 120)
+        profile = " --profile" if profile_first and i == 1 else ""
+        bench(f"throughput {model} --name {name}-{i}{profile}", timeout)
         for at in older_packages():
-            bench(f"{stage} --name throughput-qwen3-8b-at-{at.name}-{i}", 120, at)
+            bench(f"throughput {model} --name {name}-at-{at.name}-{i}", timeout, at)
+
+
+def stage_throughput_ab2():
+    "`throughput_ab2` of Qwen3-8B in bf16."
+    throughput_ab2(checkpoint("Qwen3-8B"), "throughput-qwen3-8b", 120)
 
 
 def stage_latency_ab():
@@ -766,27 +772,16 @@ def stage_fp8_agreement():
 
 
 def stage_fp8_qwen_throughput():
-    "Issue 30: Qwen3-8B offline throughput (256 prompts, U[100, 1024]), FP8 then bf16, at defaults."
+    """Issue 30: Qwen3-8B offline throughput (256 prompts, U[100, 1024]), FP8 then bf16, at
+    defaults; the FP8 run profiled (where its decode and prefill steps spend their time)."""
     bf16, fp8 = checkpoint("Qwen3-8B"), fp8_checkpoint("Qwen3-8B")
-    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8 --profile")
     bench(f"throughput {bf16} --name throughput-qwen3-8b-bf16")
 
 
-def stage_fp8_qwen_profile():
-    """Issue 30: Qwen3-8B block-wise FP8 offline throughput at defaults with `--profile` (where
-    a decode step and a prefill step spend their time), for the 14,000 out tok/s bar."""
-    bench(f"throughput {fp8_checkpoint('Qwen3-8B')} --name throughput-qwen3-8b-fp8 --profile")
-
-
 def stage_fp8_qwen_throughput_ab2():
-    """Issue 30: Qwen3-8B block-wise FP8 offline throughput at defaults, the current package (first
-    run profiled) and each `older_packages()`, alternating twice in one call."""
-    fp8 = fp8_checkpoint("Qwen3-8B")
-    for i in (1, 2):
-        profile = " --profile" if i == 1 else ""
-        bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-{i}{profile}", 150)
-        for at in older_packages():
-            bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-at-{at.name}-{i}", 150, at)
+    "Issue 30: `throughput_ab2` of Qwen3-8B in block-wise FP8, at defaults, the first run profiled."
+    throughput_ab2(fp8_checkpoint("Qwen3-8B"), "throughput-qwen3-8b-fp8", 150, profile_first=True)
 
 
 def stage_free_ckpt():

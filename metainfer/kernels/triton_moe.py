@@ -247,7 +247,7 @@ def fused_moe(
         raise ValueError("FP8 activations need FP8 experts in scale groups of 32 columns or more")
     a8 = a8_fits and (T * K > _A8_PAIRS if fp8_activations is None else fp8_activations)
     itemsize = max(x.element_size(), gate_up.dtype.itemsize)
-    tiles = moe_tiles(T * K, itemsize, pair_tiles and not a8, a8, fp8_weights)
+    tiles = moe_tiles(T * K, itemsize, pair_tiles, a8, fp8_weights)
     block_m = tiles["BLOCK_M"] = block_m or tiles["BLOCK_M"]
     if pair_tiles:
         sorted_ids, block_expert, offset, P = None, topk_ids.reshape(-1), expert_start, K * block_m
