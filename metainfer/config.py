@@ -13,8 +13,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
-           'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg', 'EngineConfig',
-           'generation_defaults', 'allowed_model_len', 'token_budget', 'add_engine_args', 'engine_config']
+           'KV_CACHE_DTYPES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
+           'EngineConfig', 'generation_defaults', 'allowed_model_len', 'token_budget', 'add_engine_args',
+           'engine_config']
 
 # %% ../nbs/01_config.ipynb #8c4f85ba
 ARCHITECTURES: dict[str, str] = {
@@ -124,6 +125,8 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
 # vLLM's --dtype names -> ours
 DTYPES = {"auto": "auto", "half": "float16", "float16": "float16", "bfloat16": "bfloat16"}
 DTYPES |= {"float": "float32", "float32": "float32"}
+# vLLM's --kv-cache-dtype names: auto (the model's dtype) or FP8 e4m3 (either name)
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
 
 # %% ../nbs/01_config.ipynb #6020d5ff
 def arg(default: Any, help: str, **flag: Any) -> Any:
@@ -150,6 +153,11 @@ class EngineConfig:
     )
     device: str = arg("auto", "auto: CUDA if available, else CPU")
     block_size: int = arg(16, "tokens per KV block")
+    kv_cache_dtype: str = arg(
+        "auto",
+        "auto: K/V cached in the model's dtype; fp8 (= fp8_e4m3): in FP8 e4m3, half the bytes",
+        choices=KV_CACHE_DTYPES,
+    )
     num_kv_blocks: int | None = arg(None, "KV pool size in blocks (default: from memory)")
     kv_cache_memory_gb: float = arg(1.0, "CPU: KV budget when --num-kv-blocks is not given")
     gpu_memory_utilization: float = arg(0.9, "share of GPU memory the engine may use")
@@ -211,6 +219,11 @@ class EngineConfig:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         self.dtype = DTYPES[self.dtype]
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; choose from "
+                f"{', '.join(KV_CACHE_DTYPES)}"
+            )
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:

@@ -258,6 +258,7 @@ def calls():
     ]
     PAGE, H, HK, D = 16, 32, 8, 128
     kc, vc = r(64, PAGE, HK, D), r(64, PAGE, HK, D)
+    kc8, vc8 = (c.to(torch.float8_e4m3fn) for c in (kc, vc))
     for B, ctx in ((1, 384), (16, 100)):
         tables = (
             [list(range(i * 4, i * 4 + -(-ctx // PAGE))) for i in range(B)]
@@ -306,8 +307,31 @@ def calls():
                 lambda q=q, m=meta: tp.paged_prefill(q, kc, vc, m, D**-0.5),
             ),
         ]
+        out.append(  # an FP8 pool (kv_cache_dtype="fp8"): stored saturated, read as bf16
+            (
+                f"store_kv + paged_prefill, FP8 pool, prefix={prefix}",
+                lambda q=q, k=k, v=v, m=meta: (
+                    tkv.store_kv(k, v, kc8, vc8, m.slot_mapping),
+                    tp.paged_prefill(q, kc8, vc8, m, D**-0.5),
+                ),
+            )
+        )
+    for B in (1, 16):
+        pos, meta = make_metadata(
+            [list(range(i * 2, i * 2 + 2)) for i in range(B)], [20] * B, [1] * B, PAGE, False
+        )
+        q, k, v = r(B, H, D), r(B, HK, D), r(B, HK, D)
+        out.append(
+            (
+                f"paged_decode B={B} rope, FP8 pool",
+                lambda q=q, k=k, v=v, m=meta, p=pos: td.paged_decode(
+                    q, k, v, kc8, vc8, m, D**-0.5, Rope(p, cache, True, r(D), r(D), 1e-6)
+                ),
+            )
+        )
     R, DR, HM = 512, 64, 16  # DeepSeek-V2-Lite's MLA: latent rank, rope dims, heads
     lat = r(64, PAGE, 1, R + DR)
+    lat8 = lat.to(torch.float8_e4m3fn)
     for B in (1, 16):
         pos, meta = make_metadata(
             [list(range(i * 2, i * 2 + 2)) for i in range(B)], [20] * B, [1] * B, PAGE, False
@@ -325,6 +349,13 @@ def calls():
             (
                 f"store_latent B={B}",
                 lambda B=B, m=meta: tm.store_latent(r(B, R), r(B, DR), lat, m.slot_mapping),
+            ),
+            (
+                f"store_latent + mla_decode_latent, FP8 cache, B={B}",
+                lambda B=B, m=meta: (
+                    tm.store_latent(r(B, R), r(B, DR), lat8, m.slot_mapping, (r(R), 1e-6)),
+                    tmd.mla_decode_latent(r(B, HM, R), r(B, HM, DR), lat8, m, 0.1),
+                ),
             ),
             (
                 f"store_latent + norm B={B}",

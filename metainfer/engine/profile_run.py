@@ -86,7 +86,14 @@ def profile_memory(runner, budget: int, max_num_seqs: int, graph_batch: int) -> 
     blocks = max(sum(map(len, s.block_tables)) for s in (big, small))
     a = layers[0]
     pool = KVPool(
-        len(layers), blocks, bs, a.num_kv_heads, a.head_dim, runner.dtype, runner.device, a.kv_parts
+        len(layers),
+        blocks,
+        bs,
+        a.num_kv_heads,
+        a.head_dim,
+        runner.kv_dtype,
+        runner.device,
+        a.kv_parts,
     )
     for i, attn in enumerate(layers):
         attn.bind_kv_cache(*pool.layer(i))

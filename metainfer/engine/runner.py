@@ -22,7 +22,7 @@ from .token_masks import apply_token_bitmask
 from .cuda_graphs import DecodeGraphs
 from .profile_run import kv_block_budget, profile_memory, warm_up
 from .runner_setup import log, show_startup_log, model_class, default_dtype
-from .runner_setup import resolve_device, resolve_dtype
+from .runner_setup import resolve_device, resolve_dtype, resolve_kv_dtype
 from .runner_setup import MODEL_CLASSES  # noqa: F401 (its old home: still importable)
 
 # %% auto #0
@@ -45,6 +45,7 @@ class ModelRunner:
         if self.device.type == "cuda":  # Triton launches and events use the current device
             torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
+        self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, self.dtype, self.device)
         self.block_size, self.max_model_len = config.block_size, max_model_len
         self.backend = select_backend(
             self.device, config.kernel_backend, config.attention_backend, config.pdl
@@ -90,7 +91,7 @@ def _allocate_kv_pool(self: ModelRunner, max_model_len: int, graph_batch: int) -
     layers = self.model.attention_layers()
     a = layers[0]
     per_block = KVPool.bytes_per_block(
-        len(layers), self.block_size, a.num_kv_heads, a.head_dim, self.dtype, a.kv_parts
+        len(layers), self.block_size, a.num_kv_heads, a.head_dim, self.kv_dtype, a.kv_parts
     )
     num_blocks = self._kv_block_count(per_block, max_model_len, graph_batch)
     self.kv_pool = KVPool(
@@ -99,7 +100,7 @@ def _allocate_kv_pool(self: ModelRunner, max_model_len: int, graph_batch: int) -
         self.block_size,
         a.num_kv_heads,
         a.head_dim,
-        self.dtype,
+        self.kv_dtype,
         self.device,
         a.kv_parts,
     )
@@ -111,7 +112,8 @@ def _allocate_kv_pool(self: ModelRunner, max_model_len: int, graph_batch: int) -
         tokens, gib = num_blocks * self.block_size, self.kv_pool_bytes / 2**30
         log.info(
             f"KV cache: {num_blocks} blocks x {self.block_size} tokens = {tokens} tokens, "
-            f"{gib:.2f} GiB ({per_block // self.block_size} bytes/token) on {self.device}"
+            f"{gib:.2f} GiB ({per_block // self.block_size} bytes/token, {self.kv_dtype}) on "
+            f"{self.device}"
         )
 
 # %% ../../nbs/engine/13_runner.ipynb #4882e9aa

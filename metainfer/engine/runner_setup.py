@@ -10,9 +10,11 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from ..config import ModelConfig
+from ..layers.attention import kv_cache_dtype
 
 # %% auto #0
-__all__ = ['log', 'MODEL_CLASSES', 'show_startup_log', 'model_class', 'resolve_device', 'resolve_dtype', 'default_dtype']
+__all__ = ['log', 'MODEL_CLASSES', 'show_startup_log', 'model_class', 'resolve_device', 'resolve_dtype', 'resolve_kv_dtype',
+           'default_dtype']
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #de60d41b
 log = logging.getLogger("metainfer")
@@ -62,6 +64,18 @@ def resolve_dtype(dtype: str, model_config: ModelConfig, device: torch.device) -
     if dtype == "auto":
         dtype = model_config.torch_dtype if device.type == "cuda" else "float32"
     return getattr(torch, dtype)
+
+# %% ../../nbs/engine/12g_runner_setup.ipynb #7effb2e1
+def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The KV pool's dtype for `kv_cache_dtype` `name` and the model's `dtype`. FP8 pools need a GPU
+    that converts FP8 (compute capability 8.9 or later: Ada, Hopper) or the CPU."""
+    kv = kv_cache_dtype(name, dtype)
+    if kv.itemsize == 1 and device.type == "cuda":
+        if torch.cuda.get_device_capability(device) < (8, 9):
+            raise ValueError(
+                f"kv_cache_dtype {name!r} needs compute capability >= 8.9 (Ada, Hopper)"
+            )
+    return kv
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #f5f49e7d
 @contextmanager

@@ -45,10 +45,10 @@ class FlashAttnAttention:
 
     @staticmethod
     def supports(q: Tensor, cache: Tensor | None = None) -> bool:
-        """FlashAttention-2's limits: fp16/bf16, head dim <= 256, and a paged cache's block size a
-        multiple of 256."""
+        """FlashAttention-2's limits: fp16/bf16, head dim <= 256, and a paged cache of `q`'s dtype
+        (not FP8) with a block size a multiple of 256."""
         return flash_attention_takes(q.dtype, q.shape[-1]) and (
-            cache is None or cache.shape[1] % 256 == 0
+            cache is None or (cache.shape[1] % 256 == 0 and cache.dtype == q.dtype)
         )
 
 # %% ../../nbs/kernels/07g_external.ipynb #708a1513
@@ -63,9 +63,8 @@ def prefill(
     meta: AttentionMetadata,
     scale: float,
 ) -> Tensor:
-    paged = (
-        meta.has_prefix
-    )  # without a cached prefix the step's own k/v are the whole context: no cache read
+    # without a cached prefix the step's own k/v are the whole context (unless the pool rounds them)
+    paged = meta.has_prefix or k_cache.dtype != q.dtype
     if not self.supports(q, k_cache if paged else None):
         return self.fallback.prefill(q, k, v, k_cache, v_cache, meta, scale)
     kv = (k_cache, v_cache) if paged else (k, v)

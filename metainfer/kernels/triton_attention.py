@@ -76,10 +76,11 @@ def varlen_prefill(
     meta: AttentionMetadata,
     scale: float,
 ) -> Tensor:
-    """Prefill by `varlen_attn` on the step's own `k`/`v` (no cached prefix, 16-bit, on CUDA), else
-    `paged_prefill`."""
+    """Prefill by `varlen_attn` on the step's own `k`/`v` (no cached prefix, 16-bit, on CUDA, a pool
+    of `q`'s dtype), else `paged_prefill`."""
     global _shares_kv_heads
-    if meta.has_prefix or not (q.is_cuda and flash_attention_takes(q.dtype, q.shape[-1])):
+    own_kv = not meta.has_prefix and k_cache.dtype == q.dtype  # an FP8 pool: attend as stored
+    if not (own_kv and q.is_cuda and flash_attention_takes(q.dtype, q.shape[-1])):
         return paged_prefill(q, k_cache, v_cache, meta, scale)
     from torch.nn.attention.varlen import varlen_attn
 

@@ -6,7 +6,7 @@
 from __future__ import annotations  # noqa: F404
 from .triton_launch import jit, pdl_sync, tl
 from .triton_norms import _inv_rms, _normed
-from .triton_paged_kv import _attend, _kv_tile, _softmax_step
+from .triton_paged_kv import _attend, _kv_tile, _softmax_step, _to_cache
 from .triton_split_kv import _merge_pieces, _piece_len
 
 # %% auto #0
@@ -218,6 +218,7 @@ def _decode_kernel(
         v = tl.load(v_ptr + seq * stride_vb + kv_head * stride_vh + d, mask=dm, other=0.0)
         slot = tl.load(slot_ptr + seq).to(tl.int64)
         dst = (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct + kv_head * stride_ch + d
+        k, v = _to_cache(k, k_cache_ptr), _to_cache(v, v_cache_ptr)  # as the pools hold them
         tl.store(k_cache_ptr + dst, k, mask=dm)
         tl.store(v_cache_ptr + dst, v, mask=dm)
         s = tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], 1) * qk_scale  # [BLOCK_G], base 2
@@ -225,7 +226,7 @@ def _decode_kernel(
         alpha, p = tl.exp2(m - m_new), tl.exp2(s - m_new)
         l = l * alpha + p
         acc = (
-            acc * alpha[:, None] + p.to(v.dtype).to(tl.float32)[:, None] * v.to(tl.float32)[None, :]
+            acc * alpha[:, None] + p.to(q.dtype).to(tl.float32)[:, None] * v.to(tl.float32)[None, :]
         )
         m = m_new
     if SINGLE:  # one piece: the merge would compute acc·1 / (l·1), so write that here

@@ -9,6 +9,7 @@ from torch import Tensor
 from ..layers.attention import AttentionMetadata
 from ..layers.mla import TorchMLA
 from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
+from .triton_paged_kv import _to_cache
 from metainfer.kernels.triton_attention import (
     varlen_available,
     causal_varlen,
@@ -56,8 +57,9 @@ def _store_latent_kernel(
         cf = c.to(tl.float32)
         normed = (cf * (1.0 / tl.sqrt(tl.sum(cf * cf, 0) / R + eps))).to(c.dtype).to(tl.float32)
         c = normed * tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)
-    tl.store(dst + r, c.to(cache_ptr.dtype.element_ty), mask=r < R)
-    tl.store(dst + R + dr, tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR), mask=dr < DR)
+    tl.store(dst + r, _to_cache(c, cache_ptr), mask=r < R)
+    k_pe = tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR)
+    tl.store(dst + R + dr, _to_cache(k_pe, cache_ptr), mask=dr < DR)
 
 # %% ../../nbs/kernels/09g_triton_mla.ipynb #149ffb55
 def store_latent(
@@ -156,9 +158,8 @@ def mla_prefill_varlen(
     ):  # long cached prefixes:
         prefill = lambda *a: mla_prefill_varlen(*a, max_kv_bytes)  # whole sequences at a time
         return _in_groups(prefill, q_nope, q_pe, latent_cache, w_uk, w_uv, meta, scale, max_tokens)
-    c, k_pe = latent_cache.view(-1, r + dr)[meta.context_slots].split(
-        [r, dr], -1
-    )  # [Tk, r], [Tk, dr]
+    latents = latent_cache.view(-1, r + dr)[meta.context_slots].to(q_nope.dtype)
+    c, k_pe = latents.split([r, dr], -1)  # [Tk, r], [Tk, dr]
     k = torch.cat(
         [torch.einsum("nr,hdr->nhd", c, w_uk), k_pe[:, None].expand(-1, H, -1)], -1
     )  # [Tk, H, dn+dr]

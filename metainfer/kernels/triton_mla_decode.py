@@ -77,12 +77,12 @@ def _mla_decode_kernel(
         slot = block * stride_cb + (pos % PAGE) * stride_ct
         c = tl.load(
             cache_ptr + slot[:, None] + r[None, :], mask=live[:, None] & (r < R)[None, :], other=0.0
-        )  # [BN, BR]
+        ).to(q_c.dtype)  # [BN, BR]; an FP8 cache's latents in the queries' dtype
         k_pe = tl.load(
             cache_ptr + slot[:, None] + R + dr[None, :],
             mask=live[:, None] & (dr < DR)[None, :],
             other=0.0,
-        )
+        ).to(q_pe.dtype)
         s = tl.dot(q_c, tl.trans(c), input_precision=PRECISION) + tl.dot(
             q_pe, tl.trans(k_pe), input_precision=PRECISION
         )

@@ -10,6 +10,15 @@ from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
 # %% auto #0
 __all__ = ['store_kv']
 
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #a66cd488
+@jit
+def _to_cache(x, cache_ptr):
+    "`x` as the pool at `cache_ptr` stores it (`to_cache`): FP8 saturated at ±448, else cast."
+    dtype = cache_ptr.dtype.element_ty
+    if dtype.is_fp8():
+        x = tl.minimum(tl.maximum(x.to(tl.float32), -448.0), 448.0)
+    return x.to(dtype)
+
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #c006
 @jit
 def _store_kv_kernel(
@@ -42,8 +51,8 @@ def _store_kv_kernel(
     )
     k = tl.load(k_ptr + t * stride_kt + h[:, None] * stride_kh + d[None, :], mask=mask)
     v = tl.load(v_ptr + t * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)
-    tl.store(k_cache_ptr + dst, k, mask=mask)
-    tl.store(v_cache_ptr + dst, v, mask=mask)
+    tl.store(k_cache_ptr + dst, _to_cache(k, k_cache_ptr), mask=mask)
+    tl.store(v_cache_ptr + dst, _to_cache(v, v_cache_ptr), mask=mask)
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #3910b315
 def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
@@ -122,6 +131,7 @@ def _kv_tile(
 def _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION: tl.constexpr):
     """Fold one K/V tile into the online softmax of `q` `[M, D]`; `keep` `[M, BLOCK_N]` says which
     scores count."""
+    k, v = k.to(q.dtype), v.to(q.dtype)  # an FP8 pool's tiles in the queries' dtype
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, BLOCK_N], base-2 logits
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))

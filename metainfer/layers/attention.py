@@ -12,8 +12,8 @@ from ..kernels.elementwise import Rope
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['BATCH_BUCKETS', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool', 'gather_kv',
-           'TorchAttention', 'Attention']
+__all__ = ['BATCH_BUCKETS', 'KV_POOL_DTYPES', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool',
+           'kv_cache_dtype', 'to_cache', 'gather_kv', 'TorchAttention', 'Attention']
 
 # %% ../../nbs/layers/07_attention.ipynb #a470478e
 @dataclass
@@ -138,6 +138,23 @@ def layer(self: KVPool, i: int) -> tuple[Tensor, ...]:
     "The cache views of layer `i`: `(k_cache, v_cache)`, or `(latent_cache,)`."
     return tuple(self.data[:, i])
 
+# %% ../../nbs/layers/07_attention.ipynb #19c7b90e
+# `EngineConfig.kv_cache_dtype` -> the pool's dtype
+KV_POOL_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn}
+
+# %% ../../nbs/layers/07_attention.ipynb #dbed9abb
+def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    "The pool's dtype for `EngineConfig.kv_cache_dtype` `name` (`auto`: the model's)."
+    return model_dtype if name == "auto" else KV_POOL_DTYPES[name]
+
+# %% ../../nbs/layers/07_attention.ipynb #eadd14d7
+def to_cache(x: Tensor, dtype: torch.dtype) -> Tensor:
+    "`x` as a pool of `dtype` stores it: in FP8 (one byte), saturated at its largest value."
+    if dtype.itemsize != 1:
+        return x.to(dtype)
+    big = torch.finfo(dtype).max
+    return x.float().clamp(-big, big).to(dtype)
+
 # %% ../../nbs/layers/07_attention.ipynb #3a5c4dc3
 def gather_kv(cache: Tensor, block_table: Tensor, n: int) -> Tensor:
     "The first `n` cached tokens of one sequence, `[n, Hk, D]`."
@@ -154,8 +171,8 @@ class TorchAttention:
     def store_kv(
         k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor
     ) -> None:
-        k_cache.view(-1, *k.shape[1:])[slot_mapping] = k
-        v_cache.view(-1, *v.shape[1:])[slot_mapping] = v
+        k_cache.view(-1, *k.shape[1:])[slot_mapping] = to_cache(k, k_cache.dtype)
+        v_cache.view(-1, *v.shape[1:])[slot_mapping] = to_cache(v, v_cache.dtype)
 
     @staticmethod
     def prefill(
@@ -174,7 +191,8 @@ class TorchAttention:
         for i in range(len(ctx)):
             s, e, n = cu[i], cu[i + 1], ctx[i]
             ki, vi = (
-                gather_kv(c, meta.block_tables[i], n).transpose(0, 1) for c in (k_cache, v_cache)
+                gather_kv(c, meta.block_tables[i], n).to(q.dtype).transpose(0, 1)
+                for c in (k_cache, v_cache)
             )
             causal = torch.ones(e - s, n, dtype=torch.bool, device=q.device).tril(n - (e - s))
             out[s:e] = F.scaled_dot_product_attention(
@@ -200,7 +218,8 @@ class TorchAttention:
         TorchAttention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         # [B, Hk, L, D]
         k, v = (
-            c[meta.block_tables.long()].flatten(1, 2).transpose(1, 2) for c in (k_cache, v_cache)
+            c[meta.block_tables.long()].flatten(1, 2).transpose(1, 2).to(q.dtype)
+            for c in (k_cache, v_cache)
         )
         mask = torch.arange(k.shape[2], device=q.device) < meta.context_lens[:, None]  # [B, L]
         out = F.scaled_dot_product_attention(

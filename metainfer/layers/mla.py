@@ -16,7 +16,7 @@ from metainfer.layers.linear import (
     MergedColumnParallelLinear,
     RowParallelLinear,
 )
-from .attention import AttentionMetadata, gather_kv
+from .attention import AttentionMetadata, gather_kv, to_cache
 from .yarn import mla_rotary, mla_softmax_scale
 from .yarn import yarn_attention_factor, yarn_get_mscale, yarn_inv_freq  # noqa: F401
 
@@ -41,7 +41,8 @@ class TorchMLA:
         r+dr]` at `slot_mapping`; `c_norm` `(weight, eps)`: RMSNorm `c` first."""
         if c_norm is not None:
             c = rms_norm_ref(c, *c_norm)
-        latent_cache.view(-1, latent_cache.shape[-1])[slot_mapping] = torch.cat([c, k_pe], -1)
+        latent = to_cache(torch.cat([c, k_pe], -1), latent_cache.dtype)  # FP8: saturated
+        latent_cache.view(-1, latent_cache.shape[-1])[slot_mapping] = latent
 
     @staticmethod
     def prefill(
@@ -60,9 +61,8 @@ class TorchMLA:
         cu, ctx = meta.cu_seqlens_q.tolist(), meta.context_lens.tolist()
         for i in range(len(ctx)):
             s, e, n = cu[i], cu[i + 1], ctx[i]
-            c, k_pe = gather_kv(latent_cache, meta.block_tables[i], n)[:, 0].split(
-                [r, q_pe.shape[-1]], -1
-            )
+            latents = gather_kv(latent_cache, meta.block_tables[i], n)[:, 0].to(q.dtype)
+            c, k_pe = latents.split([r, q_pe.shape[-1]], -1)
             k_nope = torch.einsum("nr,hdr->hnd", c, w_uk)  # [H, n, dn]
             k = torch.cat([k_nope, k_pe.expand(k_nope.shape[0], n, -1)], dim=-1)  # [H, n, dn+dr]
             v = torch.einsum("nr,hvr->hnv", c, w_uv)  # [H, n, dv]
@@ -86,7 +86,7 @@ class TorchMLA:
         r = w_uk.shape[-1]
         q = torch.cat([torch.einsum("bhd,hdr->bhr", q_nope, w_uk), q_pe], dim=-1)  # [B, H, r+dr]
         # [B, 1, L, r+dr]
-        lat = latent_cache[meta.block_tables.long()].flatten(1, 2).transpose(1, 2)
+        lat = latent_cache[meta.block_tables.long()].flatten(1, 2).transpose(1, 2).to(q.dtype)
         mask = torch.arange(lat.shape[2], device=q.device) < meta.context_lens[:, None]
         o = F.scaled_dot_product_attention(
             q.unsqueeze(2),
