@@ -471,6 +471,35 @@ CASES = [
         400,
         None,
     ),
+    (
+        "too many bad words",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "bad_words": [' + b",".join([b'"w"'] * 1025) + b"]}",
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "structural tag whose begin is not text",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "structured_outputs": {"structural_tag": {"structures": [{"begin": 5,'
+        b' "schema": {}, "end": "x"}], "triggers": ["a"]}}}',
+        AUTH,
+        400,
+        None,
+    ),
+    (
+        "structural tag whose schema is not one",
+        "POST",
+        CMPL,
+        b'{"prompt": "x", "structured_outputs": {"structural_tag": {"structures": [{"begin":'
+        b' "<a>", "schema": 5, "end": "x"}], "triggers": ["<a"]}}}',
+        AUTH,
+        400,
+        None,
+    ),
 ]
 
 
@@ -544,3 +573,40 @@ def test_server_is_clean_afterwards(server, http):
         128,
     )
     assert http.get("/health").json() == {"status": "ok"}
+
+
+def test_fields_of_the_other_endpoint_are_ignored(http):
+    """A field another endpoint has, sent to this one, is ignored as vLLM ignores it: chat's
+    `best_of` makes no extra choices, the completions' `tools` and `chat_template_kwargs` are not
+    read (they were a 500)."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "best_of": 50}
+    r = http.post(CHAT, headers=AUTH, json=chat)
+    assert r.status_code == 200 and len(r.json()["choices"]) == 1, r.text
+    assert r.json()["choices"][0]["logprobs"] is None
+    tool = {"type": "function", "function": {"name": "f"}}
+    for extra in ({"tools": [tool]}, {"chat_template_kwargs": "x"}, {"best_of": "x"}):
+        body = {"prompt": "hi", "max_tokens": 1} | extra
+        r = http.post(CMPL if "best_of" not in extra else CHAT, headers=AUTH, json=body)
+        assert r.status_code in (200, 400) and r.status_code != 500, r.text
+
+
+def test_truncation_takes_a_text_prompt_longer_than_the_context(http):
+    """`truncate_prompt_tokens` keeps the last tokens of a text prompt too long for the context
+    (the check of its characters, before tokenizing, would refuse it otherwise), as vLLM does."""
+    long = "a b " * 15000  # 60,000 characters: more than 256 tokens of any length could hold
+    body = {"prompt": long, "max_tokens": 2, "ignore_eos": True}
+    assert http.post(CMPL, headers=AUTH, json=body).status_code == 400
+    r = http.post(CMPL, headers=AUTH, json=body | {"truncate_prompt_tokens": 50})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 50, r.text
+
+
+def test_bad_words_are_served_within_the_limit(http):
+    """A thousand bad words are tokenized in the request's thread and looked up by the step once
+    per word length: the word the model writes unconstrained is gone."""
+    body = {"prompt": "hi", "max_tokens": 8, "ignore_eos": True, "temperature": 0}
+    free = http.post(CMPL, headers=AUTH, json=body).json()["choices"][0]["text"]
+    word = free.split()[0]
+    words = [f"w{i}x" for i in range(1023)] + [word]
+    r = http.post(CMPL, headers=AUTH, json=body | {"bad_words": words})
+    assert r.status_code == 200, r.text
+    assert word not in r.json()["choices"][0]["text"].split(), (free, r.json())

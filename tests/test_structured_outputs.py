@@ -119,6 +119,26 @@ def test_min_p_allowed_token_ids_and_bad_words(llm):
         SamplingParams(min_p=2.5)
 
 
+def test_a_slow_grammar_holds_up_only_its_own_request(llm, monkeypatch):
+    """A sequence starts once its grammar's matcher is built (vLLM's waiting-for-FSM): one whose
+    build takes two seconds does not hold up a plain request queued behind it."""
+    import time
+
+    engine, grammars = llm.llm_engine, llm.llm_engine.grammars
+    build = grammars._build
+    monkeypatch.setattr(grammars, "_build", lambda text: (time.sleep(2), build(text))[1])
+    so = StructuredOutputsParams(regex="[0-9]{3}")
+    grammars.compile(so)  # checked already, as the server checks it before queueing
+    engine.add_request("slow", [1, 2, 3], SamplingParams(max_tokens=3, structured_outputs=so))
+    engine.add_request("plain", [4, 5, 6], SamplingParams(max_tokens=8, ignore_eos=True))
+    start, finished = time.monotonic(), {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                finished[out.request_id] = time.monotonic() - start
+    assert finished["plain"] < 1.5 < finished["slow"], finished
+
+
 def test_tp2_gives_the_same_constrained_tokens(checkpoints, llm):
     so = StructuredOutputsParams(**CASES["json"][0])
     params = SamplingParams(temperature=1.0, max_tokens=120, seed=3, structured_outputs=so)

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from .sequence import SamplingParams, Sequence
 from .structured_outputs import GrammarCompiler
+from .token_masks import index_bad_words
 
 # %% auto #0
 __all__ = ['load_tokenizer', 'truncated', 'bad_word_ids', 'admit']
@@ -31,13 +32,11 @@ def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:
 def bad_word_ids(tokenizer, words: list[str]) -> list[list[int]]:
     """vLLM's `bad_words` as token ids: each word as written and with a leading space (how it
     appears after another word), without duplicates."""
-    out: list[list[int]] = []
+    out: dict[tuple[int, ...], None] = {}  # (ordered, and a set's lookup)
     for w in words:
         for text in (w, " " + w.lstrip()):
-            ids = tokenizer(text, add_special_tokens=False).input_ids
-            if ids and ids not in out:
-                out.append(ids)
-    return out
+            out.setdefault(tuple(tokenizer(text, add_special_tokens=False).input_ids))
+    return [list(ids) for ids in out if ids]
 
 # %% ../../nbs/engine/13d_admission.ipynb #7322eea1
 def admit(
@@ -84,7 +83,8 @@ def admit(
         params = replace(params, max_tokens=max_model_len - len(ids))
     seq = Sequence(ids, params, block_size)
     if params.bad_words:
-        seq.bad_word_ids = bad_word_ids(tokenizer, params.bad_words)
+        ids = params.bad_words_token_ids or bad_word_ids(tokenizer, params.bad_words)
+        seq.bad_words = index_bad_words(ids)
     if (so := params.structured_outputs) is not None:
         seq.grammar = grammars.matcher(so)
     return text, seq

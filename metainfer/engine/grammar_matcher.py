@@ -41,6 +41,12 @@ def matcher(self: GrammarMatcher):
         self._matcher = self._matcher.result()
     return self._matcher
 
+
+@patch(as_prop=True)
+def ready(self: GrammarMatcher) -> bool:
+    "Whether its matcher is built (the scheduler starts a sequence only then)."
+    return not isinstance(self._matcher, Future) or self._matcher.done()
+
 # %% ../../nbs/engine/12ea_grammar_matcher.ipynb #00d2f474
 @patch
 def take(self: GrammarMatcher, token_ids: list[int], begin: int, end: int) -> list[int]:

@@ -277,6 +277,9 @@ def step(self: LLMEngine) -> list[RequestOutput]:
     outputs."""
     batch, launched, outputs = self.scheduler.schedule(), None, []
     done, self.in_flight = self.in_flight, None
+    if batch is None and done is None:  # nothing ready (a grammar still building): yield the core
+        time.sleep(1e-3)
+        return outputs
     try:
         if batch is not None and any(s.masks_tokens for s in batch.sampling):
             # its mask needs the tokens in flight: read back while the model runs; the outputs

@@ -145,6 +145,29 @@ def _schedule_decodes(self: Scheduler, rows: list, budget: int) -> int:
     self.running.extend(kept)
     return budget
 
+# %% ../../nbs/engine/11_scheduler.ipynb #1a320532
+@patch
+def _start_waiting(self: Scheduler, rows: list, budget: int) -> int:
+    """Start waiting sequences, first come first served, while the budget, slots and blocks last.
+    One that is not `ready` (its grammar still being built) lets those behind it go first."""
+    not_ready = []
+    while budget and self.waiting and len(self.running) < self.max_num_seqs:
+        seq = self.waiting[0]
+        if not seq.ready:
+            not_ready.append(self.waiting.popleft())
+            continue
+        if seq.num_pending or not self.bm.can_allocate(seq):
+            break  # (pending: preempted this step while its token is in flight)
+        if len(seq.token_ids) > budget and not self.enable_chunked_prefill:
+            break
+        self.bm.allocate(seq)
+        seq.status = SequenceStatus.RUNNING
+        seq.first_scheduled_time = seq.first_scheduled_time or time.monotonic()
+        self.running.append(self.waiting.popleft())
+        budget -= self._chunk(seq, budget, rows)
+    self.waiting.extendleft(reversed(not_ready))
+    return budget
+
 # %% ../../nbs/engine/11_scheduler.ipynb #3464939b
 @patch
 def schedule(self: Scheduler) -> ScheduledBatch | None:
@@ -155,17 +178,7 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
     for seq in self.running:  # partly prefilled sequences continue, oldest first
         if budget and seq.num_computed_tokens < len(seq.token_ids) - 1:
             budget -= self._chunk(seq, budget, rows)
-    while budget and self.waiting and len(self.running) < self.max_num_seqs:
-        seq = self.waiting[0]  # first come, first served
-        if seq.num_pending or not self.bm.can_allocate(seq):
-            break  # (pending: preempted this step while its token is in flight)
-        if len(seq.token_ids) > budget and not self.enable_chunked_prefill:
-            break
-        self.bm.allocate(seq)
-        seq.status = SequenceStatus.RUNNING
-        seq.first_scheduled_time = seq.first_scheduled_time or time.monotonic()
-        self.running.append(self.waiting.popleft())
-        budget -= self._chunk(seq, budget, rows)
+    budget = self._start_waiting(rows, budget)
     if not rows:
         return None
     seqs, lens = [s for s, _ in rows], [n for _, n in rows]

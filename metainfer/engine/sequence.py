@@ -59,6 +59,8 @@ class SamplingParams:
     min_p: float = 0.0  # drop tokens less likely than min_p times the likeliest (after temperature)
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled
     bad_words: list[str] | None = None  # words never generated (each token of them in sequence)
+    # `bad_words` as token ids, where the caller has them (the server, off the engine's thread)
+    bad_words_token_ids: list[list[int]] | None = None
     # the output must match a grammar (`StructuredOutputsParams`: JSON schema, regex, choice, ...)
     structured_outputs: Any = None
     truncate_prompt_tokens: int | None = None  # keep only the prompt's last k tokens (-1: max_len)
@@ -174,13 +176,19 @@ class Sequence:
         # until its first prefill is launched
         self.prompt_logprobs_due = params.prompt_logprobs is not None
         self.grammar = None  # the engine's `GrammarMatcher` for structured outputs
-        self.bad_word_ids: list[list[int]] = []  # `params.bad_words` as token ids
+        self.bad_words: dict = {}  # `params.bad_words` as token ids (`index_bad_words`)
 
 # %% ../../nbs/engine/10_sequence.ipynb #66b70ad9
 @patch(as_prop=True)
 def masks_tokens(self: Sequence) -> bool:
     "Whether its next token's mask depends on the tokens before (known on the host first)."
-    return self.grammar is not None or bool(self.bad_word_ids)
+    return self.grammar is not None or bool(self.bad_words)
+
+# %% ../../nbs/engine/10_sequence.ipynb #26e893dd
+@patch(as_prop=True)
+def ready(self: Sequence) -> bool:
+    "Whether it can start: what its first step needs (its grammar's matcher) is built."
+    return self.grammar is None or self.grammar.ready
 
 # %% ../../nbs/engine/10_sequence.ipynb #2ca9594f
 @patch

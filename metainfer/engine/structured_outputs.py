@@ -138,13 +138,13 @@ def _structural_tag_grammar(spec: Any, special: frozenset[str]) -> str:
                     trigger=trigger, begin=s["begin"], grammar=s["schema"], end=s["end"]
                 )
             )
-    except (KeyError, TypeError, StopIteration, AssertionError):
+        as_tokens = all(t in special for t in triggers)  # (else every trigger is matched as text)
+        lark = llguidance.StructTag.to_grammar(tags, assume_special=as_tokens)
+    except (KeyError, TypeError, AttributeError, StopIteration, AssertionError, ValueError):
         raise GrammarError(
             "structural_tag must be {'structures': [{'begin', 'schema', 'end'}], 'triggers': "
-            "[...]}, each begin starting with a trigger"
+            "[...]}: strings, each begin starting with a trigger, each schema a JSON schema"
         ) from None
-    as_tokens = all(t in special for t in triggers)  # (else every trigger is matched as text)
-    lark = llguidance.StructTag.to_grammar(tags, assume_special=as_tokens)
     return llguidance.LLMatcher.grammar_from_lark(lark)
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #d1a93d1c

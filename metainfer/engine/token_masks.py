@@ -10,12 +10,25 @@ from ..layers.attention import to_device
 from .structured_outputs import GrammarCompiler
 
 # %% auto #0
-__all__ = ['banned_by_bad_words', 'step_bitmask', 'apply_token_bitmask']
+__all__ = ['BadWords', 'index_bad_words', 'banned_by_bad_words', 'step_bitmask', 'apply_token_bitmask']
 
 # %% ../../nbs/engine/12f_token_masks.ipynb #3bfe385c
-def banned_by_bad_words(bad_word_ids: list[list[int]], completion: list[int]) -> list[int]:
-    "The tokens `bad_word_ids` forbid next: each word's last token where the rest of it came last."
-    return [w[-1] for w in bad_word_ids if len(w) == 1 or completion[-(len(w) - 1) :] == w[:-1]]
+BadWords = dict[int, dict[tuple[int, ...], list[int]]]  # len(prefix) -> prefix -> last tokens
+
+
+def index_bad_words(word_ids: list[list[int]]) -> BadWords:
+    "Bad words (token ids) by the tokens before their last, grouped by how many those are."
+    index: BadWords = {}
+    for w in word_ids:
+        index.setdefault(len(w) - 1, {}).setdefault(tuple(w[:-1]), []).append(w[-1])
+    return index
+
+# %% ../../nbs/engine/12f_token_masks.ipynb #215d189a
+def banned_by_bad_words(bad_words: BadWords, completion: list[int]) -> list[int]:
+    "The tokens `bad_words` forbid next: each word's last token where the rest of it came last."
+    n = len(completion)
+    tails = (words.get(tuple(completion[n - k :])) for k, words in bad_words.items() if k <= n)
+    return [t for last in tails if last for t in last]
 
 # %% ../../nbs/engine/12f_token_masks.ipynb #1749242b
 def step_bitmask(
@@ -45,9 +58,9 @@ def step_bitmask(
                 singles.append((g, new[0]))
             for t in new if len(new) > 1 else ():
                 g.consumed(g.matcher.consume_token(t), t)
-        if s.bad_word_ids:
+        if s.bad_words:
             completion = s.completion_token_ids
-            banned += [(j, t) for t in banned_by_bad_words(s.bad_word_ids, completion)]
+            banned += [(j, t) for t in banned_by_bad_words(s.bad_words, completion)]
     pool = grammars.executor if grammars is not None and len(singles) > 1 else None
     if pool is not None:  # the common case: one new token each, consumed in parallel
         oks = pool.consume_token_par([(g.matcher, t) for g, t in singles])

@@ -296,12 +296,16 @@ async def add_request(
 ) -> RequestStream:
     """Queue a request; returns its stream once the engine has accepted it (a `ValueError` says why
     it didn't)."""
+    refused = lambda: EngineError(
+        "the server is shutting down" if self.draining else "the engine has stopped"
+    )
+    if self.dead or self.draining:
+        raise refused()
     stream = RequestStream(request_id, self)
     self.commands.put(Add(request_id, prompt, params, stream))
-    if self.dead or self.draining:
-        raise EngineError(
-            "the server is shutting down" if self.draining else "the engine has stopped"
-        )
+    if self.dead or self.draining:  # (since the check above: it must not run, nor wait)
+        stream.abort()
+        raise refused()
     try:
         first = await stream.queue.get()
     except asyncio.CancelledError:

@@ -11,6 +11,7 @@ import jinja2
 from ...engine.llm import chat_token_ids
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
+    declared,
     CompletionRequest,
     ChatMessage,
     ChatCompletionRequest,
@@ -34,7 +35,7 @@ def prompt_count(req) -> int:
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #7d81107e
 def prompt_chars(req) -> int:
     "Characters of a request's longest text prompt (a chat's: its messages' contents together)."
-    if isinstance(p := getattr(req, "prompt", None), str):
+    if isinstance(p := declared(req, "prompt"), str):
         return len(p)
     if isinstance(req, CompletionRequest):
         return max((len(q) for q in prompt_list(req) if isinstance(q, str)), default=0)

@@ -11,11 +11,11 @@ from fastapi.responses import JSONResponse
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['INT64', 'Items', 'MAX_ERRORS_SHOWN', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'error_loc',
-           'validation_error', 'parse_request', 'CompletionRequest', 'ContentPart', 'FunctionDefinition', 'Tool',
-           'FunctionCall', 'ToolCall', 'ChatMessage', 'FunctionName', 'NamedToolChoice', 'ChatCompletionRequest',
-           'TokenizeRequest', 'DetokenizeRequest', 'InputContent', 'InputItem', 'FunctionTool', 'TextConfig',
-           'ResponsesRequest']
+__all__ = ['INT64', 'Items', 'MAX_ERRORS_SHOWN', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'declared',
+           'error_loc', 'validation_error', 'parse_request', 'CompletionRequest', 'ContentPart', 'FunctionDefinition',
+           'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage', 'FunctionName', 'NamedToolChoice',
+           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'InputContent', 'InputItem', 'FunctionTool',
+           'TextConfig', 'ResponsesRequest']
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #716a3d55
 class OpenAIError(Exception):
@@ -118,6 +118,11 @@ class SamplingRequest(OpenAIModel):
     # vLLM's and OpenAI's fields for what this server doesn't do: a 400 if asked (`UNSUPPORTED`)
     use_beam_search: Any = None
     prompt_logprobs: Any = None
+
+# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #91d500ea
+def declared(req: BaseModel, name: str) -> Any:
+    "`req`'s field `name` where its type has one, else `None` (a kept extra field is not read)."
+    return getattr(req, name) if name in type(req).model_fields else None
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #69905bb6
 def error_loc(err: dict) -> str:

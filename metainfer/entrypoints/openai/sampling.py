@@ -9,6 +9,7 @@ from typing import Any
 from ...engine.sequence import SAMPLING_EPS, SamplingParams
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
+    declared,
     SamplingRequest,
     CompletionRequest,
     ChatCompletionRequest,
@@ -16,8 +17,8 @@ from metainfer.entrypoints.openai.protocol import (
 
 # %% auto #0
 __all__ = ['UNSUPPORTED', 'CHAT_UNSUPPORTED', 'COMPLETION_UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS',
-           'MAX_STOP_TOKEN_IDS', 'unsupported', 'check_supported', 'candidates_per_prompt', 'logit_bias_ids',
-           'check_stop_limits', 'sampling_params']
+           'MAX_STOP_TOKEN_IDS', 'MAX_BAD_WORDS', 'unsupported', 'check_supported', 'candidates_per_prompt',
+           'logit_bias_ids', 'check_stop_limits', 'sampling_params']
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #ae7c539a
 def _asked(v: Any) -> bool:
@@ -86,7 +87,7 @@ def check_supported(req) -> None:
 def candidates_per_prompt(req: SamplingRequest) -> int:
     """How many completions of each prompt the engine makes: `n`, or `best_of`, of which the `n`
     best are kept."""
-    n, best_of = req.n or 1, getattr(req, "best_of", None) or req.n or 1
+    n, best_of = req.n or 1, declared(req, "best_of") or req.n or 1  # (completions only)
     if best_of < n:
         raise OpenAIError(f"best_of={best_of} must be at least n={n}", param="best_of")
     if best_of > n and req.stream:
@@ -127,10 +128,13 @@ def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
 MAX_STOP_STRINGS = 64
 MAX_STOP_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 4096
+# bad words: tokenized in the request's thread, looked up by a step once per word length
+MAX_BAD_WORDS = 1024
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #1dbd80ae
 def check_stop_limits(req: SamplingRequest) -> None:
-    "A 400 if `req` gives more stop strings (or longer ones) or stop token ids than the limits."
+    """A 400 if `req` gives more stop strings (or longer ones), stop token ids or bad words than the
+    limits."""
     stop = [req.stop] if isinstance(req.stop, str) else req.stop or []
     if len(stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stop):
         raise OpenAIError(
@@ -140,6 +144,12 @@ def check_stop_limits(req: SamplingRequest) -> None:
     if len(req.stop_token_ids or ()) > MAX_STOP_TOKEN_IDS:
         raise OpenAIError(
             f"stop_token_ids: at most {MAX_STOP_TOKEN_IDS} ids", param="stop_token_ids"
+        )
+    words = req.bad_words or []
+    if len(words) > MAX_BAD_WORDS or any(len(w) > MAX_STOP_CHARS for w in words):
+        raise OpenAIError(
+            f"bad_words: at most {MAX_BAD_WORDS} words of at most {MAX_STOP_CHARS} characters",
+            param="bad_words",
         )
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #3a16905c

@@ -17,11 +17,12 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
-from ...engine.admission import truncated
+from ...engine.admission import bad_word_ids, truncated
 from ...engine.sequence import SamplingParams
 from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
+    declared,
     OpenAIModel,
     SamplingRequest,
     parse_request,
@@ -93,7 +94,7 @@ class ServerState:
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #646223ec
 def keeps_tool_tags(st: ServerState, req) -> bool:
     "Whether a chat's text must keep special tokens: they write its tool calls' tags."
-    if not getattr(req, "tools", None) or req.tool_choice == "none" or st.tokenizer is None:
+    if not declared(req, "tools") or req.tool_choice == "none" or st.tokenizer is None:
         return False
     special = set(st.tokenizer.all_special_tokens)
     return any(t in special for t in (st.tool_format.begin, st.tool_format.end))
@@ -157,9 +158,9 @@ def check_request(st: ServerState, req) -> None:
     server doesn't do, a chat template only from a trusting server, text that could fit."""
     check_supported(req)
     if not st.trust_request_chat_template:
-        kwargs = getattr(req, "chat_template_kwargs", None) or {}
+        kwargs = declared(req, "chat_template_kwargs") or {}
         for param, v in [
-            ("chat_template", getattr(req, "chat_template", None)),
+            ("chat_template", declared(req, "chat_template")),
             ("chat_template_kwargs.chat_template", kwargs.get("chat_template")),
         ]:
             if v is not None:
@@ -169,7 +170,12 @@ def check_request(st: ServerState, req) -> None:
                     code="unsupported_parameter",
                     param=param,
                 )
-    if st.max_prompt_chars is not None and (n := prompt_chars(req)) > st.max_prompt_chars:
+    cut = declared(req, "truncate_prompt_tokens") is not None  # (then the body's size bounds it)
+    if (
+        st.max_prompt_chars is not None
+        and not cut
+        and (n := prompt_chars(req)) > st.max_prompt_chars
+    ):
         raise OpenAIError(
             f"the prompt has {n} characters: more than {st.engine.max_model_len} tokens "
             f"(this model's maximum context length) can hold",
@@ -242,6 +248,9 @@ async def _choice_params(st: ServerState, req: SamplingRequest, prompts) -> list
     )  # compiled off the event loop and the engine's thread
     if grammars is not None:
         params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]
+    if req.bad_words:  # tokenized here too, once for all the request's choices
+        ids = await run_in_threadpool(bad_word_ids, st.tokenizer, req.bad_words)
+        params = [replace(p, bad_words_token_ids=ids) for p in params]
     if keeps_tool_tags(st, req):  # DeepSeek's tags are special tokens: the parser must see them
         params = [replace(p, skip_special_tokens=False) for p in params]
     return params
