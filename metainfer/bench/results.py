@@ -100,6 +100,7 @@ def _engine_record(runner, tp: int, card: Card) -> dict:
         "cuda_graphs": runner.graphs is not None,
         "kernel_backend": runner.kernel_backend,
         "kv_blocks": runner.num_kv_blocks,
+        "kv_cache_dtype": str(runner.kv_dtype),
         "kv_bytes_per_token": card.kv_per_token,
     }
 

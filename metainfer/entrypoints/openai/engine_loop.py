@@ -294,18 +294,14 @@ async def add_request(
     prompt: list[int],  # prompt token ids
     params: SamplingParams,
 ) -> RequestStream:
-    """Queue a request; returns its stream once the engine has accepted it (a `ValueError` says why
-    it didn't)."""
-    refused = lambda: EngineError(
-        "the server is shutting down" if self.draining else "the engine has stopped"
-    )
-    if self.dead or self.draining:
-        raise refused()
+    "Queue a request; its stream once the engine has accepted it (a `ValueError` says why not)."
     stream = RequestStream(request_id, self)
-    self.commands.put(Add(request_id, prompt, params, stream))
-    if self.dead or self.draining:  # (since the check above: it must not run, nor wait)
+    if not (self.dead or self.draining):
+        self.commands.put(Add(request_id, prompt, params, stream))
+    if self.dead or self.draining:  # (before or since the put: it must neither run nor wait)
         stream.abort()
-        raise refused()
+        why = "the server is shutting down" if self.draining else "the engine has stopped"
+        raise EngineError(why)
     try:
         first = await stream.queue.get()
     except asyncio.CancelledError:

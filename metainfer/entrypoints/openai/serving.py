@@ -170,12 +170,9 @@ def check_request(st: ServerState, req) -> None:
                     code="unsupported_parameter",
                     param=param,
                 )
-    cut = declared(req, "truncate_prompt_tokens") is not None  # (then the body's size bounds it)
-    if (
-        st.max_prompt_chars is not None
-        and not cut
-        and (n := prompt_chars(req)) > st.max_prompt_chars
-    ):
+    # the characters a prompt may have (with `truncate_prompt_tokens`: the body's size bounds them)
+    limit = st.max_prompt_chars if declared(req, "truncate_prompt_tokens") is None else None
+    if limit is not None and (n := prompt_chars(req)) > limit:
         raise OpenAIError(
             f"the prompt has {n} characters: more than {st.engine.max_model_len} tokens "
             f"(this model's maximum context length) can hold",
