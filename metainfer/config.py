@@ -155,7 +155,7 @@ class EngineConfig:
     block_size: int = arg(16, "tokens per KV block")
     kv_cache_dtype: str = arg(
         "auto",
-        "auto: K/V cached in the model's dtype; fp8 (= fp8_e4m3): in FP8 e4m3, half the bytes",
+        "auto: K/V cached in the model's dtype; fp8 (= fp8_e4m3): in FP8 e4m3, a byte a value",
         choices=KV_CACHE_DTYPES,
     )
     num_kv_blocks: int | None = arg(None, "KV pool size in blocks (default: from memory)")

@@ -832,14 +832,12 @@ def stage_fp8_qwen_channel():
 def stage_fp8_kv():
     """`--kv-cache-dtype fp8` (not a default: reported beside it) on Qwen3-8B block-wise FP8:
     offline throughput, where 54 % of a 256-sequence decode step read K/V (H100 profile, 12-05),
-    both runs alternated and the FP8-pool one profiled; then B=1 with each pool."""
+    the FP8-pool run profiled; then B=1 with each pool."""
     fp8 = fp8_checkpoint("Qwen3-8B")
-    for i in (1, 2):
-        profile = " --profile" if i == 1 else ""
-        kv = f"--kv-cache-dtype fp8{profile}"
-        bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-kvfp8-{i} {kv}")
-        bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-{i}")
-    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-kvfp8-b1 --kv-cache-dtype fp8")
+    kv = "--kv-cache-dtype fp8"
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-kvfp8 {kv} --profile")
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
+    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-kvfp8-b1 {kv}")
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1")
 
 

@@ -56,7 +56,8 @@ def _store_latent_kernel(
     if NORM:
         cf = c.to(tl.float32)
         normed = (cf * (1.0 / tl.sqrt(tl.sum(cf * cf, 0) / R + eps))).to(c.dtype).to(tl.float32)
-        c = normed * tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)
+        c = (normed * w).to(c.dtype)  # rounded as `rms_norm` returns it, before an FP8 pool's cast
     tl.store(dst + r, _to_cache(c, cache_ptr), mask=r < R)
     k_pe = tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR)
     tl.store(dst + R + dr, _to_cache(k_pe, cache_ptr), mask=dr < DR)
