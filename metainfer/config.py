@@ -14,8 +14,8 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
            'KV_CACHE_DTYPES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
-           'EngineConfig', 'generation_defaults', 'allowed_model_len', 'token_budget', 'add_engine_args',
-           'engine_config']
+           'EngineConfig', 'generation_defaults', 'generation_eos_ids', 'allowed_model_len', 'token_budget',
+           'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #8c4f85ba
 ARCHITECTURES: dict[str, str] = {
@@ -253,6 +253,13 @@ def generation_defaults(config: EngineConfig) -> dict[str, Any]:
         return {}
     hf = json.loads(path.read_text())
     return {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
+
+# %% ../nbs/01_config.ipynb #328fb297
+def generation_eos_ids(model_dir: str | Path) -> tuple[int, ...]:
+    "The `eos_token_id`s of `model_dir`'s generation_config.json (none without one)."
+    path = Path(model_dir) / "generation_config.json"
+    eos = json.loads(path.read_text()).get("eos_token_id") if path.exists() else None
+    return tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
 
 # %% ../nbs/01_config.ipynb #6a38d1aa
 def allowed_model_len(config: EngineConfig, model: ModelConfig) -> int:

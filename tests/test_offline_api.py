@@ -134,3 +134,67 @@ def test_dtype_names(checkpoints):
     assert EngineConfig("m", dtype="float").dtype == "float32"
     with pytest.raises(ValueError, match="choose from auto, half"):
         EngineConfig("m", dtype="fp8")
+
+
+def test_engine_takes_prompt_dicts(llm):
+    "`LLMEngine.add_request` takes vLLM's prompt types, as `LLM.generate` does."
+    engine, ids = llm.llm_engine, llm.get_tokenizer()("hello there").input_ids
+    for rid, prompt in (("t", {"prompt": "hello there"}), ("i", {"prompt_token_ids": ids})):
+        engine.add_request(rid, prompt, greedy(max_tokens=2))
+    outs = {}
+    while engine.has_unfinished_requests():
+        outs |= {o.request_id: o for o in engine.step() if o.finished}
+    assert outs["t"].prompt_token_ids == outs["i"].prompt_token_ids == ids
+
+
+def test_streams_never_show_text_a_stop_string_removes():
+    """vLLM's stop buffer: a stream's text is held back while a stop string could still begin in
+    it, so DELTA chunks add up to the final text and CUMULATIVE ones only grow (on the trained
+    model, whose text does not repeat at once)."""
+    from metainfer.testing import trained_model_dir
+
+    prompt = "Genesis 50\nAnd Joseph fell"
+    with LLM(trained_model_dir("qwen3"), dtype="float32", device="cpu") as llm:
+        free = llm.generate(prompt, greedy(max_tokens=24), use_tqdm=False)[0].outputs[0].text
+        stop = free[12:20]  # an eight-character stop string the text reaches
+        assert free.index(stop) == 12, free
+        for kind in (RequestOutputKind.DELTA, RequestOutputKind.CUMULATIVE):
+            params = greedy(max_tokens=24, stop=[stop], output_kind=kind)
+            texts = [o.outputs[0].text for o in llm.stream([prompt], params)]
+            final = texts[-1] if kind == RequestOutputKind.CUMULATIVE else "".join(texts)
+            assert final == free[:12], (kind, texts)
+            if kind == RequestOutputKind.CUMULATIVE:
+                assert all(b.startswith(a) for a, b in zip(texts, texts[1:])), texts
+
+
+def test_logprobs_are_raw_with_bad_words(llm):
+    """vLLM's logprobs are taken before bad words ban a token (its `raw_logprobs`): the banned
+    token keeps its logprob and rank; only the draw avoids it."""
+    free = llm.generate("hello there", greedy(max_tokens=1, logprobs=3), use_tqdm=False)[0]
+    first = free.outputs[0].token_ids[0]
+    word = llm.get_tokenizer().decode([first])
+    out = llm.generate(
+        "hello there", greedy(max_tokens=1, logprobs=3, bad_words=[word]), use_tqdm=False
+    )[0].outputs[0]
+    assert out.token_ids[0] != first
+    ref, got = free.outputs[0].logprobs[0], out.logprobs[0]
+    assert got[first].logprob == pytest.approx(ref[first].logprob, abs=1e-5)
+    assert got[first].rank == 1
+
+
+def test_generation_config_eos_ids_end_a_sequence(checkpoints, tmp_path):
+    """The EOS ids of generation_config.json end a sequence as config.json's do (vLLM and HF read
+    both: Qwen's instruct models end documents with `<|endoftext|>`, listed only there)."""
+    src = checkpoints("qwen3-tiny")
+    with LLM(str(src), device="cpu", num_kv_blocks=32, max_model_len=MAX_MODEL_LEN) as plain:
+        ids = plain.generate("hello", greedy(max_tokens=8), use_tqdm=False)[0].outputs[0].token_ids
+    model = tmp_path / "m"
+    model.mkdir()
+    for f in src.iterdir():
+        (model / f.name).symlink_to(f)
+    (model / "generation_config.json").unlink(missing_ok=True)
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [ids[3]]}))
+    with LLM(str(model), device="cpu", num_kv_blocks=32, max_model_len=MAX_MODEL_LEN) as llm:
+        params = SamplingParams(temperature=0, max_tokens=8)
+        out = llm.generate("hello", params, use_tqdm=False)[0].outputs[0]
+    assert out.token_ids == ids[: ids.index(ids[3]) + 1] and out.finish_reason == "stop"

@@ -190,15 +190,18 @@ def test_server_outputs_match_their_grammar(client, kind):
             )
         else:
             r = client.completions.create(prompt="Answer:", stream=stream, **kw)
-        texts = [""] * N
+        texts, reasons = [""] * N, [None] * N
         for chunk in r if stream else [r]:
             for c in chunk.choices:
                 if endpoint == "completions":
                     texts[c.index] += c.text
                 else:
                     texts[c.index] += (c.delta if stream else c.message).content or ""
-        bad = [t for t in texts if not valid(check, t)]
-        assert not bad, (endpoint, bad[:3])
+                reasons[c.index] = c.finish_reason or reasons[c.index]
+        # every output the grammar ended is valid; at temperature 1 a sample may still be writing
+        # (a number of a hundred digits) at max_tokens: a few, not a pattern
+        bad = [t for t, why in zip(texts, reasons) if why != "length" and not valid(check, t)]
+        assert not bad and reasons.count("length") <= N // 20, (endpoint, bad[:3], reasons)
 
 
 class Weather(BaseModel):

@@ -54,15 +54,16 @@ def default_sampling_params(defaults: dict) -> SamplingParams:
 
 # %% ../../nbs/engine/14a_llm.ipynb #686ec22b
 def as_delta(out: RequestOutput, seen: dict) -> RequestOutput:
-    "Each completion of `out` cut to what is new since the last call (vLLM's `DELTA`), per `seen`."
-    outs = []
+    """Each completion of `out` cut to what is new since the last call (vLLM's `DELTA`), per `seen`;
+    the prompt's logprobs in the first only."""
+    first, outs = all((out.request_id, c.index) not in seen for c in out.outputs), []
     for c in out.outputs:
         key = (out.request_id, c.index)
         chars, toks = seen.get(key, (0, 0))
         seen[key] = (len(c.text), len(c.token_ids))
         lps = None if c.logprobs is None else c.logprobs[toks:]
         outs.append(replace(c, text=c.text[chars:], token_ids=c.token_ids[toks:], logprobs=lps))
-    return replace(out, outputs=outs)
+    return replace(out, outputs=outs, prompt_logprobs=out.prompt_logprobs if first else None)
 
 # %% ../../nbs/engine/14a_llm.ipynb #2f76a10a
 class LLM:

@@ -13,12 +13,14 @@ from metainfer.config import (
     EngineConfig,
     allowed_model_len,
     generation_defaults,
+    generation_eos_ids,
     load_model_config,
 )
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
 from .admission import admit, load_tokenizer
+from ..inputs import PromptType, prompt_of
 from .structured_outputs import GrammarCompiler
 from .token_masks import step_bitmask
 from .block_manager import BlockManager
@@ -79,8 +81,9 @@ class LLMEngine:
 # %% ../../nbs/engine/14_llm_engine.ipynb #9e99e11b
 @patch
 def _eos_ids(self: LLMEngine) -> tuple[int, ...]:
-    "The ids that end a sequence: the checkpoint's EOS ids and the tokenizer's."
-    ids = set(self.model_config.eos_token_ids)
+    """The ids that end a sequence: the checkpoint's EOS ids (config.json's and, as vLLM reads them,
+    generation_config.json's) and the tokenizer's."""
+    ids = set(self.model_config.eos_token_ids) | set(generation_eos_ids(self.config.model))
     if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
         ids.add(self.tokenizer.eos_token_id)
     return tuple(sorted(ids))
@@ -134,7 +137,7 @@ def from_engine_args(cls: LLMEngine, model: str, **kwargs) -> LLMEngine:
 def add_request(
     self: LLMEngine,
     request_id: str,
-    prompt: str | list[int],
+    prompt: PromptType,  # text, token ids, or vLLM's TextPrompt / TokensPrompt dict
     params: SamplingParams | None = None,
     stream: bool = True,
 ) -> None:
@@ -144,7 +147,7 @@ def add_request(
     if request_id in self.requests:
         raise ValueError(f"request id {request_id!r} is already in use")
     text, seq = admit(
-        prompt,
+        prompt_of(prompt),
         params,
         self.tokenizer,
         self.model_config.vocab_size,

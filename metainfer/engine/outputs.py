@@ -152,7 +152,8 @@ def output(
     eos_token_ids: set[int],  # the engine's end-of-sequence ids
     finish: Callable[[Sequence, str], None],  # retires a sequence that a stop string ended
 ) -> RequestOutput:
-    "The request's output so far, its text cut at the first stop string."
+    """The request's output so far, its text cut at the first stop string; until it finishes, never
+    text that a stop string could still remove (vLLM's stop buffer)."""
     seq, text, p = self.seq, "", self.seq.params
     stop_token = self.stop_token(eos_token_ids) if self.stop_reason is None else None
     if stop_token is not None and stop_token in p.stop_token_set:
@@ -177,6 +178,9 @@ def output(
             if not seq.is_finished:
                 finish(seq, "stop")
             seq.finish_reason = "stop"  # also when the length limit came in the same step
+        elif p.stop and not seq.is_finished and not p.include_stop_str_in_output:
+            hold = max(map(len, p.stop)) - 1  # a stop string may still begin in the last characters
+            text = text[: max(0, len(text) - hold)]
     asked = self.logprobs is not None
     out = CompletionOutput(
         0,

@@ -18,7 +18,7 @@ from .scheduler import ScheduledBatch
 from .step_input import StepInput, step_input, fill_pending
 from .logits_processing import Forwarded, LaunchedStep, draw_tokens
 from .logits_processing import score_rows, step_logprobs
-from .token_masks import apply_token_bitmask
+from .token_masks import apply_token_bitmask, ban_tokens, unban_tokens
 from .cuda_graphs import DecodeGraphs
 from .profile_run import kv_block_budget, profile_memory, warm_up
 from .runner_setup import log, show_startup_log, model_class, default_dtype
@@ -234,11 +234,14 @@ def forward(self: ModelRunner, batch: ScheduledBatch) -> Forwarded:
 @torch.inference_mode()
 def sample(self: ModelRunner, fwd: Forwarded, bitmask: tuple | None = None) -> LaunchedStep:
     """Rank 0: queue the drawing of each sampling row's token from `fwd`'s logits; with `bitmask`
-    (`step_bitmask`'s `(rows, bitmask)`), only from the tokens it allows at those rows."""
-    seqs, logits = fwd.batch.sampling, fwd.logits
-    if bitmask is not None:
-        apply_token_bitmask(logits, *bitmask)
+    (`step_bitmask`'s `(rows, bitmask, banned)`), only from the tokens it allows at those rows and
+    not the banned ones (which the logprobs still score, as vLLM's raw logprobs do)."""
+    seqs, logits, (rows, mask, banned) = fwd.batch.sampling, fwd.logits, bitmask or ([], None, [])
+    if rows:
+        apply_token_bitmask(logits, rows, mask)
+    saved = ban_tokens(logits, banned)
     ids = draw_tokens(seqs, logits, self.last_token_ids, self.last_rows, self.stop_token_ids)
+    unban_tokens(logits, saved)
     self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(seqs)}
     logprobs = step_logprobs(logits, ids, [s.params for s in seqs])
     return LaunchedStep(fwd.batch, ids, fwd.started, logprobs, fwd.prompt_logprobs)

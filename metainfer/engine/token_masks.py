@@ -10,7 +10,8 @@ from ..layers.attention import to_device
 from .structured_outputs import GrammarCompiler
 
 # %% auto #0
-__all__ = ['BadWords', 'index_bad_words', 'banned_by_bad_words', 'step_bitmask', 'apply_token_bitmask']
+__all__ = ['BadWords', 'index_bad_words', 'banned_by_bad_words', 'step_bitmask', 'apply_token_bitmask', 'ban_tokens',
+           'unban_tokens']
 
 # %% ../../nbs/engine/12f_token_masks.ipynb #3bfe385c
 BadWords = dict[int, dict[tuple[int, ...], list[int]]]  # len(prefix) -> prefix -> last tokens
@@ -36,12 +37,13 @@ def step_bitmask(
     vocab_size: int,
     grammars: GrammarCompiler | None = None,
     buffer: Tensor | None = None,  # int32 [≥ len(seqs), ⌈V/32⌉] (pinned): reused step after step
-) -> tuple[list[int], Tensor] | None:
+) -> tuple[list[int], Tensor, list[tuple[int, int]]] | None:
     """For the sequences of a step's sampling rows whose next token a grammar or bad words limit
-    (their tokens known on the host): `(rows, bitmask)`, the bitmask int32 `[len(rows), ⌈V/32⌉]` in
-    host memory (pinned where CUDA is); `None` if no row needs one. With `grammars`, several rows'
-    masks are computed in parallel by its executor. A `buffer` can be reused once the step that
-    read its last mask has been read back (its copy to the device is done by then)."""
+    (their tokens known on the host): `(rows, bitmask, banned)`, the grammars' bitmask int32
+    `[len(rows), ⌈V/32⌉]` in host memory (pinned where CUDA is) and the bad words' `(row, token)`
+    pairs; `None` if no row needs either. With `grammars`, several rows' masks are computed in
+    parallel by its executor. A `buffer` can be reused once the step that read its last mask has
+    been read back (its copy to the device is done by then)."""
     rows = [i for i, s in enumerate(seqs) if s.masks_tokens]
     if not rows:
         return None
@@ -60,7 +62,7 @@ def step_bitmask(
                 g.consumed(g.matcher.consume_token(t), t)
         if s.bad_words:
             completion = s.completion_token_ids
-            banned += [(j, t) for t in banned_by_bad_words(s.bad_words, completion)]
+            banned += [(rows[j], t) for t in banned_by_bad_words(s.bad_words, completion)]
     pool = grammars.executor if grammars is not None and len(singles) > 1 else None
     if pool is not None:  # the common case: one new token each, consumed in parallel
         oks = pool.consume_token_par([(g.matcher, t) for g, t in singles])
@@ -82,9 +84,7 @@ def step_bitmask(
     else:
         for g, j in fills:
             g.fill(mask[j])
-    for j, t in banned:
-        mask[j, t // 32] &= ~(1 << (t % 32))
-    return rows, mask
+    return rows, mask, banned
 
 # %% ../../nbs/engine/12f_token_masks.ipynb #97a9e017
 def apply_token_bitmask(logits: Tensor, rows: list[int], bitmask: Tensor) -> None:
@@ -99,3 +99,19 @@ def apply_token_bitmask(logits: Tensor, rows: list[int], bitmask: Tensor) -> Non
     else:
         at = to_device(rows, dev, torch.long)
         logits[at] = torch.where(allowed, logits[at], float("-inf"))
+
+# %% ../../nbs/engine/12f_token_masks.ipynb #4af0ce04
+def ban_tokens(logits: Tensor, banned: list[tuple[int, int]]) -> tuple[Tensor, ...] | None:
+    "In place: -inf at each `(row, token)` of `banned`; what `unban_tokens` needs to undo it."
+    if not banned:
+        return None
+    at = tuple(to_device(list(x), logits.device, torch.long) for x in zip(*banned))
+    old = logits[at]
+    logits[at] = float("-inf")
+    return (*at, old)
+
+
+def unban_tokens(logits: Tensor, saved: tuple[Tensor, ...] | None) -> None:
+    "In place: the logits `ban_tokens` replaced, back."
+    if saved is not None:
+        logits[saved[:2]] = saved[2]

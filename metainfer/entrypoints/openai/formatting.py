@@ -9,7 +9,6 @@ import time
 from itertools import accumulate
 from typing import AsyncIterator
 from ...engine.outputs import RequestOutput, Logprob
-from ...engine.sequence import SamplingParams
 from .engine_loop import RequestStream
 from .prompts import prompt_list
 from .protocol import SamplingRequest, ChatCompletionRequest
@@ -19,19 +18,15 @@ __all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_c
            'chat_logprobs', 'choice_logprobs', 'echo_texts', 'chat_message', 'chat_finish_reason']
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c5c9ed99
-async def text_deltas(
-    stream: RequestStream, params: SamplingParams
-) -> AsyncIterator[tuple[str, int, RequestOutput]]:
-    """Each step's new text, never text that a stop string could still remove; the index of its
-    first new token (the new token ids and logprobs are the output's from there on); and the
-    output."""
-    hold = max(map(len, params.stop), default=1) - 1
+async def text_deltas(stream: RequestStream) -> AsyncIterator[tuple[str, int, RequestOutput]]:
+    """Each step's new text (the engine's outputs never hold text that a stop string could still
+    remove); the index of its first new token (the new token ids and logprobs are the output's
+    from there on); and the output."""
     sent_text = sent_ids = 0
     async for out in stream:
         c = out.outputs[0]
-        end = len(c.text) if out.finished else max(sent_text, len(c.text) - hold)
-        yield c.text[sent_text:end], sent_ids, out
-        sent_text, sent_ids = end, len(c.token_ids)
+        yield c.text[sent_text:], sent_ids, out
+        sent_text, sent_ids = len(c.text), len(c.token_ids)
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #4376f6e2
 def usage(outs: list[RequestOutput], n: int = 1) -> dict:

@@ -240,7 +240,7 @@ async def response_events(
     try:
         for e in ev.start():
             yield e
-        async for text, _, out in text_deltas(c.stream, c.params):
+        async for text, _, out in text_deltas(c.stream):
             for e in ev.feed(c.parser.feed(text, final=out.finished)):
                 yield e
         if out is not None:

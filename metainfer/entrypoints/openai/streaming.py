@@ -129,7 +129,7 @@ async def choice_events(
         if chat:
             role = {"role": "assistant", "content": ""}
             yield chat_choice("delta", role, None, [] if ids else None, index=c.index), None
-        async for text, start, out in text_deltas(c.stream, c.params):
+        async for text, start, out in text_deltas(c.stream):
             out = await _share_prompt_logprobs(c, out, owns, first, scored)
             last[c.index] = out
             echo_now = echo is not None and first  # the prompt goes first, with its logprobs
