@@ -249,9 +249,12 @@ def hf_model(
 
 # %% ../nbs/02_testing.ipynb #dab2d669
 @torch.no_grad()
-def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False) -> Any:
+def hf_generate(
+    model, ids: list[int], max_new_tokens: int, logits: bool = False, **kw: Any
+) -> Any:
     """HF `generate`, greedy, on one prompt, never stopping early at EOS (nor barring it): the
-    output (`.sequences`; with `logits`, each step's raw logits too, `.logits`)."""
+    output (`.sequences`; with `logits`, each step's raw logits too, `.logits`); `kw`: more of
+    `generate`'s arguments (`past_key_values`: a cache of one's own)."""
     x = torch.tensor([ids], device=model.device)
     return model.generate(
         x,
@@ -263,6 +266,7 @@ def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False
         pad_token_id=0,
         output_logits=logits,
         return_dict_in_generate=True,
+        **kw,
     )
 
 # %% ../nbs/02_testing.ipynb #51639de2

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, DynamicCache
 from metainfer import LLM, SamplingParams
 from metainfer.config import EngineConfig, add_engine_args, engine_config
 from metainfer.layers.attention import to_cache
-from metainfer.testing import heldout_prompts, trained_model_dir
+from metainfer.testing import heldout_prompts, hf_generate, trained_model_dir
 
 KV_FP8 = torch.float8_e4m3fn
 GREEDY = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
@@ -25,22 +25,10 @@ class Fp8RoundingCache(DynamicCache):
         return super().update(r(key_states), r(value_states), layer_idx, *args, **kwargs)
 
 
-@torch.no_grad()
 def hf_greedy_fp8(model, ids: list[int], n: int):
     "HF `generate`, greedy, over an `Fp8RoundingCache`: the tokens and each step's logits."
-    x = torch.tensor([ids])
-    out = model.generate(
-        x,
-        attention_mask=torch.ones_like(x),
-        past_key_values=Fp8RoundingCache(config=model.config),
-        max_new_tokens=n,
-        min_new_tokens=0,
-        do_sample=False,
-        eos_token_id=None,
-        pad_token_id=0,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
+    cache = Fp8RoundingCache(config=model.config)
+    out = hf_generate(model, ids, n, logits=True, past_key_values=cache)
     return out.sequences[0, len(ids) :].tolist(), out.logits
 
 
