@@ -9,8 +9,8 @@ deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepsee
 deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
-fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); free-ckpt: one call (570 s) holds about
-two of them.
+fp8-kv-throughput, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); free-ckpt: one call
+(570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -829,14 +829,19 @@ def stage_fp8_qwen_channel():
     bench(f"latency {bf16} --batch-size 1 --name latency-qwen3-8b-bf16-b1-ch")
 
 
-def stage_fp8_kv():
+def stage_fp8_kv_throughput(profile: str = ""):
     """`--kv-cache-dtype fp8` (not a default: reported beside it) on Qwen3-8B block-wise FP8:
     offline throughput, where 54 % of a 256-sequence decode step read K/V (H100 profile, 12-05),
-    the FP8-pool run profiled; then B=1 with each pool."""
+    then the default pool in the same call."""
     fp8 = fp8_checkpoint("Qwen3-8B")
-    kv = "--kv-cache-dtype fp8"
-    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-kvfp8 {kv} --profile")
+    bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-kvfp8 --kv-cache-dtype fp8{profile}")
     bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8")
+
+
+def stage_fp8_kv():
+    "`stage_fp8_kv_throughput` (the FP8-pool run profiled), then B=1 with each pool."
+    fp8, kv = fp8_checkpoint("Qwen3-8B"), "--kv-cache-dtype fp8"
+    stage_fp8_kv_throughput(" --profile")
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-kvfp8-b1 {kv}")
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1")
 
