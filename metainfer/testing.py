@@ -249,9 +249,7 @@ def hf_model(
 
 # %% ../nbs/02_testing.ipynb #dab2d669
 @torch.no_grad()
-def hf_generate(
-    model, ids: list[int], max_new_tokens: int, logits: bool = False, **kw: Any
-) -> Any:
+def hf_generate(model, ids: list[int], max_new_tokens: int, logits: bool = False, **kw: Any) -> Any:
     """HF `generate`, greedy, on one prompt, never stopping early at EOS (nor barring it): the
     output (`.sequences`; with `logits`, each step's raw logits too, `.logits`); `kw`: more of
     `generate`'s arguments (`past_key_values`: a cache of one's own)."""
