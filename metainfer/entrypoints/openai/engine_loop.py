@@ -103,8 +103,7 @@ class EngineError(RuntimeError):
 # %% ../../../nbs/entrypoints/openai/16d_engine_loop.ipynb #8c8286fe
 @patch
 def abort(self: RequestStream) -> None:
-    """Stop the request unless it finished (idempotent); its blocks are freed before the next
-    step."""
+    "Stop the request unless it finished (idempotent); its blocks are freed before the next step."
     if not self.finished:
         self.finished = True
         self.engine.commands.put(Abort(self.request_id))
@@ -296,7 +295,8 @@ async def add_request(
 ) -> RequestStream:
     "Queue a request; its stream once the engine has accepted it (a `ValueError` says why not)."
     stream = RequestStream(request_id, self)
-    if not (self.dead or self.draining):
+    stream.finished = self.dead or self.draining  # (refused before the queue: nothing to abort)
+    if not stream.finished:
         self.commands.put(Add(request_id, prompt, params, stream))
     if self.dead or self.draining:  # (before or since the put: it must neither run nor wait)
         stream.abort()
