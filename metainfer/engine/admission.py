@@ -8,10 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from .sequence import SamplingParams, Sequence
 from .structured_outputs import GrammarCompiler
-from .token_masks import index_bad_words
+from .token_masks import BadWords, index_bad_words
 
 # %% auto #0
-__all__ = ['load_tokenizer', 'truncated', 'bad_word_ids', 'admit']
+__all__ = ['load_tokenizer', 'truncated', 'bad_word_ids', 'bad_words_index', 'admit']
 
 # %% ../../nbs/engine/13d_admission.ipynb #43f0722d
 def load_tokenizer(model_dir: str):
@@ -37,6 +37,11 @@ def bad_word_ids(tokenizer, words: list[str]) -> list[list[int]]:
         for text in (w, " " + w.lstrip()):
             out.setdefault(tuple(tokenizer(text, add_special_tokens=False).input_ids))
     return [list(ids) for ids in out if ids]
+
+# %% ../../nbs/engine/13d_admission.ipynb #5e15938f
+def bad_words_index(tokenizer, words: list[str]) -> BadWords:
+    "`bad_word_ids` as a step looks them up (`index_bad_words`): made once, read by every choice."
+    return index_bad_words(bad_word_ids(tokenizer, words))
 
 # %% ../../nbs/engine/13d_admission.ipynb #7322eea1
 def admit(
@@ -83,8 +88,7 @@ def admit(
         params = replace(params, max_tokens=max_model_len - len(ids))
     seq = Sequence(ids, params, block_size)
     if params.bad_words:
-        ids = params.bad_words_token_ids or bad_word_ids(tokenizer, params.bad_words)
-        seq.bad_words = index_bad_words(ids)
+        seq.bad_words = params.bad_words_index or bad_words_index(tokenizer, params.bad_words)
     if (so := params.structured_outputs) is not None:
         seq.grammar = grammars.matcher(so)
     return text, seq

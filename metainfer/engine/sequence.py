@@ -59,8 +59,9 @@ class SamplingParams:
     min_p: float = 0.0  # drop tokens less likely than min_p times the likeliest (after temperature)
     allowed_token_ids: list[int] | None = None  # only these tokens may be sampled
     bad_words: list[str] | None = None  # words never generated (each token of them in sequence)
-    # `bad_words` as token ids, where the caller has them (the server, off the engine's thread)
-    bad_words_token_ids: list[list[int]] | None = None
+    # `bad_words` as `index_bad_words` gives them, where the caller made that (the server: off the
+    # engine's thread, once for all a request's choices; read only, so they share it)
+    bad_words_index: dict | None = None
     # the output must match a grammar (`StructuredOutputsParams`: JSON schema, regex, choice, ...)
     structured_outputs: Any = None
     truncate_prompt_tokens: int | None = None  # keep only the prompt's last k tokens (-1: max_len)

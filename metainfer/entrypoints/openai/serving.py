@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
-from ...engine.admission import bad_word_ids, truncated
+from ...engine.admission import bad_words_index, truncated
 from ...engine.sequence import SamplingParams
 from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
@@ -245,9 +245,9 @@ async def _choice_params(st: ServerState, req: SamplingRequest, prompts) -> list
     )  # compiled off the event loop and the engine's thread
     if grammars is not None:
         params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]
-    if req.bad_words:  # tokenized here too, once for all the request's choices
-        ids = await run_in_threadpool(bad_word_ids, st.tokenizer, req.bad_words)
-        params = [replace(p, bad_words_token_ids=ids) for p in params]
+    if req.bad_words:  # tokenized and indexed here too, once for all the request's choices
+        index = await run_in_threadpool(bad_words_index, st.tokenizer, req.bad_words)
+        params = [replace(p, bad_words_index=index) for p in params]
     if keeps_tool_tags(st, req):  # DeepSeek's tags are special tokens: the parser must see them
         params = [replace(p, skip_special_tokens=False) for p in params]
     return params
