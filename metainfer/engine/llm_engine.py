@@ -56,10 +56,10 @@ class LLMEngine:
             config.max_num_seqs,
             self.runner.token_budget,
             self.max_model_len,
-            self._eos_ids(),
+            eos := self._eos_ids(),
             config.enable_chunked_prefill,
         )
-        self.runner.stop_token_ids = self._eos_ids()
+        self.runner.stop_token_ids = eos
         self.requests: dict[str, Request] = {}
         self._token_texts: dict[int, str] = {}  # token id -> its text, for logprobs
         self._by_seq: dict[int, Request] = {}

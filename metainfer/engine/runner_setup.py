@@ -69,12 +69,9 @@ def resolve_dtype(dtype: str, model_config: ModelConfig, device: torch.device) -
 def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The KV pool's dtype for `kv_cache_dtype` `name` and the model's `dtype`. FP8 pools need a GPU
     that converts FP8 (compute capability 8.9 or later: Ada, Hopper) or the CPU."""
-    kv = kv_cache_dtype(name, dtype)
-    if kv.itemsize == 1 and device.type == "cuda":
-        if torch.cuda.get_device_capability(device) < (8, 9):
-            raise ValueError(
-                f"kv_cache_dtype {name!r} needs compute capability >= 8.9 (Ada, Hopper)"
-            )
+    kv, gpu = kv_cache_dtype(name, dtype), device.type == "cuda"
+    if kv.itemsize == 1 and gpu and torch.cuda.get_device_capability(device) < (8, 9):
+        raise ValueError(f"kv_cache_dtype {name!r} needs compute capability >= 8.9 (Ada, Hopper)")
     return kv
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #f5f49e7d

@@ -44,25 +44,22 @@ def step_bitmask(
     pairs; `None` if no row needs either. With `grammars`, several rows' masks are computed in
     parallel by its executor. A `buffer` can be reused once the step that read its last mask has
     been read back (its copy to the device is done by then)."""
-    rows = [i for i, s in enumerate(seqs) if s.masks_tokens]
-    if not rows:
+    if not any(s.masks_tokens for s in seqs):
         return None
+    rows = [i for i, s in enumerate(seqs) if s.grammar is not None]  # the bitmask's
     width = (vocab_size + 31) // 32
     if buffer is None:
         buffer = torch.empty((len(rows), width), dtype=torch.int32)
     mask = buffer[: len(rows)]
     live = [(j, seqs[i]) for j, i in enumerate(rows) if not seqs[i].is_finished]  # (the others:
-    singles, banned = [], []  # ended while their token was in flight; it will be dropped)
-    for j, s in live:
-        if (g := s.grammar) is not None:
-            new = g.take(s.token_ids, s.num_prompt_tokens, s.num_known)
-            if len(new) == 1:
-                singles.append((g, new[0]))
-            for t in new if len(new) > 1 else ():
-                g.consumed(g.matcher.consume_token(t), t)
-        if s.bad_words:
-            completion = s.completion_token_ids
-            banned += [(rows[j], t) for t in banned_by_bad_words(s.bad_words, completion)]
+    singles = []  # ended while their token was in flight; it will be dropped)
+    for _, s in live:
+        g = s.grammar
+        new = g.take(s.token_ids, s.num_prompt_tokens, s.num_known)
+        if len(new) == 1:
+            singles.append((g, new[0]))
+        for t in new if len(new) > 1 else ():
+            g.consumed(g.matcher.consume_token(t), t)
     pool = grammars.executor if grammars is not None and len(singles) > 1 else None
     if pool is not None:  # the common case: one new token each, consumed in parallel
         oks = pool.consume_token_par([(g.matcher, t) for g, t in singles])
@@ -84,6 +81,12 @@ def step_bitmask(
     else:
         for g, j in fills:
             g.fill(mask[j])
+    banned = [
+        (i, t)
+        for i, s in enumerate(seqs)
+        if s.bad_words and not s.is_finished
+        for t in banned_by_bad_words(s.bad_words, s.completion_token_ids)
+    ]
     return rows, mask, banned
 
 # %% ../../nbs/engine/12f_token_masks.ipynb #97a9e017
