@@ -131,6 +131,13 @@ def calls():
         g = group or K
         return Fp8Weight(torch.empty(E, N, K, dtype=FP8), torch.rand(E, N, -(-K // g)), g)
 
+    def fp8_matrix(N: int, K: int, group: int | None = None):
+        "An FP8 weight `[N, K]`, a scale per row and `group` columns (None: the row)."
+        from metainfer.layers.fp8 import FP8, Fp8Weight
+
+        g = group or K
+        return Fp8Weight(torch.empty(N, K, dtype=FP8), torch.rand(N, -(-K // g)), g)
+
     cache = rope_cos_sin_cache(rope_inv_freq(128, 1e6), 4096)
     cache64 = rope_cos_sin_cache(rope_inv_freq(64, 1e4), 4096)
     out = []
@@ -195,6 +202,15 @@ def calls():
                         ),
                     ),
                     (
+                        f"gemv fp8 o pushing world={world} rank={rank}",
+                        lambda b=bufs: tg.gemv(
+                            r(1, 2048),
+                            fp8_matrix(4096, 2048, 128),
+                            out_dtype=torch.float32,
+                            push=b,
+                        ),
+                    ),
+                    (
                         f"all_reduce_add_rms_norm pushed world={world} rank={rank}",
                         lambda x=x, res=res, w=w, b=bufs: sm.all_reduce_add_rms_norm(
                             x.float(), res, w, 1e-6, b, pushed=True
@@ -250,6 +266,21 @@ def calls():
             lambda: tg.gemv(
                 r(1, 4096), r(24576, 4096), act="silu_and_mul", norm=(None, r(4096), 1e-6)
             ),
+        ),
+        # FP8 weights: the tensor-core GEMV, block-wise (128) and per-channel scales
+        ("gemv fp8 qkv block-wise", lambda: tg.gemv(r(1, 4096), fp8_matrix(6144, 4096, 128))),
+        ("gemv fp8 down per channel", lambda: tg.gemv(r(1, 12288), fp8_matrix(4096, 12288))),
+        (
+            "gemv fp8 gate_up + activation",
+            lambda: tg.gemv(r(1, 4096), fp8_matrix(24576, 4096, 128), act="silu_and_mul"),
+        ),
+        (
+            "gemv fp8 with bias, fp32 out",
+            lambda: tg.gemv(r(1, 3584), fp8_matrix(4608, 3584, 128), r(4608), torch.float32),
+        ),
+        (
+            "gemv fp8, fp32 row",
+            lambda: tg.gemv(r(1, 512, dt=torch.float32), fp8_matrix(96, 512, 128)),
         ),
         (
             "embedding (a rank's rows)",

@@ -9,8 +9,8 @@ deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepsee
 deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
-fp8-kv-throughput, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); free-ckpt: one call
-(570 s) holds about two of them.
+fp8-kv-throughput, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
+free-ckpt: one call (570 s) holds about two of them.
 
 The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
 (for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
@@ -851,6 +851,15 @@ def stage_fp8_kv_deepseek():
     fp8 = fp8_checkpoint("DeepSeek-V2-Lite")
     bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8-kvfp8 --kv-cache-dtype fp8")
     bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8")
+
+
+def stage_fp8_gemv():
+    """Issue 30: Qwen3-8B block-wise FP8 at B=1 with each `older_packages()` then the current one
+    (the FP8 GEMV on the tensor cores), then the GEMV probe (tools/fp8_probes/gemv_mma.py)."""
+    fp8 = fp8_checkpoint("Qwen3-8B")
+    bench_ab(f"latency {fp8} --batch-size 1", "latency-qwen3-8b-fp8-b1", 150)
+    sh(f"{PY} tools/fp8_probes/gemv_mma.py {RES / 'gemv-mma.json'}", 300)
+    keep()
 
 
 if __name__ == "__main__":

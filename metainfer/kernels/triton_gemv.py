@@ -8,7 +8,7 @@ import functools
 import torch
 from torch import Tensor
 from .elementwise import linear_ref
-from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
+from .triton_launch import cdiv, interpreting, jit, next_pow2, pdl, pdl_sync, tl
 from .triton_norms import _inv_rms, _normed, add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul, silu_mul_pairs
 from ..distributed.symm_mem_kernel import PushBuffers, _push_partials
@@ -45,92 +45,24 @@ def _gemv_input(
 
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #7dab22e5
 @jit
-def _chunk_dot(
-    w,
-    x,
-    s_rows,
-    kb0,
+def _gemv_epilogue(
+    acc,
+    n,
     valid,
-    n_groups,
-    SCALE: tl.constexpr,
-    GROUP: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """One `[BLOCK_N, BLOCK_K]` tile of weights times its columns of `x`, summed per row; with
-    `SCALE == 1` (FP8 scales per row and `GROUP` columns) each group's sum times its scale."""
-    p = w.to(tl.float32) * x[None, :]
-    if SCALE == 1:
-        kb = kb0 + tl.arange(0, BLOCK_K // GROUP)
-        s = tl.load(s_rows + kb[None, :], mask=valid[:, None] & (kb < n_groups)[None, :], other=0.0)
-        y = tl.sum(tl.sum(tl.reshape(p, [BLOCK_N, BLOCK_K // GROUP, GROUP]), 2) * s, 1)
-    else:
-        y = tl.sum(p, 1)
-    return y
-
-# %% ../../nbs/kernels/03f_triton_gemv.ipynb #22d66262
-@jit
-def _gemv_kernel(
-    x_ptr,
-    w_ptr,
+    N,
     b_ptr,
     out_ptr,
-    res_ptr,
-    nw_ptr,
-    res_out_ptr,
     push_addresses_ptr,
     push_counter_ptr,
-    s_ptr,
-    N,
-    K,
-    stride_wn,
-    stride_sn,
-    eps,
-    SCALE: tl.constexpr,  # FP8 weights: 0 none, 1 per row and GROUP columns, 2 per row
-    GROUP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SILU_MUL: tl.constexpr,
-    NORM: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
     PUSH_WORLD: tl.constexpr,
     PUSH_RANK: tl.constexpr,
     PUSH_BLOCK: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_X: tl.constexpr,
-    PDL: tl.constexpr,
 ):
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    valid = n < N
-    k = tl.arange(0, BLOCK_K)
-    rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
-    w = tl.load(
-        rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0
-    )  # weights: before the wait
-    pdl_sync(PDL)
-    rstd = 1.0
-    # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does (one
-    if NORM:
-        kx = tl.arange(0, BLOCK_X)[
-            None, :
-        ]  # [1, BLOCK_X] tile, four warps), and the first stores the new residual
-        xr = _residual_sum(x_ptr, res_ptr, kx, K, HAS_RESIDUAL)
-        if HAS_RESIDUAL and tl.program_id(0) == 0:
-            tl.store(res_out_ptr + kx, xr, mask=kx < K)
-        rstd = tl.sum(_inv_rms(xr.to(tl.float32), K, eps), 0)  # [1] -> its one value
-    x = _gemv_input(x_ptr, res_ptr, nw_ptr, k, K, rstd, NORM, HAS_RESIDUAL)
-    s_rows, G = s_ptr, tl.cdiv(K, GROUP)  # FP8: each row's scales
-    if SCALE == 1:
-        s_rows = s_ptr + n[:, None].to(tl.int64) * stride_sn
-    acc = _chunk_dot(w, x, s_rows, 0, valid, G, SCALE, GROUP, BLOCK_N, BLOCK_K)
-    for c in range(1, tl.cdiv(K, BLOCK_K)):
-        kk = c * BLOCK_K + k
-        w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
-        x = _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM, HAS_RESIDUAL)
-        kb0 = c * (BLOCK_K // GROUP)
-        acc += _chunk_dot(w, x, s_rows, kb0, valid, G, SCALE, GROUP, BLOCK_N, BLOCK_K)
-    if SCALE == 2:
-        acc *= tl.load(s_ptr + n.to(tl.int64) * stride_sn, mask=valid, other=0.0)
+    """Rows `n` of the product (`acc`, float32): plus the bias, rounded once to the output dtype,
+    stored (as `silu(gate) * up` of row pairs with `SILU_MUL`), and pushed to the peers."""
     if HAS_BIAS:
         acc += tl.load(b_ptr + n, mask=valid, other=0.0).to(tl.float32)
     y = acc.to(out_ptr.dtype.element_ty)
@@ -154,6 +86,167 @@ def _gemv_kernel(
             PUSH_WORLD,
         )
 
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #22d66262
+@jit
+def _gemv_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    res_ptr,
+    nw_ptr,
+    res_out_ptr,
+    push_addresses_ptr,
+    push_counter_ptr,
+    N,
+    K,
+    stride_wn,
+    eps,
+    HAS_BIAS: tl.constexpr,
+    SILU_MUL: tl.constexpr,
+    NORM: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    PUSH_WORLD: tl.constexpr,
+    PUSH_RANK: tl.constexpr,
+    PUSH_BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_X: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    valid = n < N
+    k = tl.arange(0, BLOCK_K)
+    rows = w_ptr + n[:, None].to(tl.int64) * stride_wn
+    w = tl.load(
+        rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0
+    )  # weights: before the wait
+    pdl_sync(PDL)
+    rstd = 1.0
+    # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does (one
+    # [1, BLOCK_X] tile, four warps), and the first stores the new residual
+    if NORM:
+        kx = tl.arange(0, BLOCK_X)[None, :]
+        xr = _residual_sum(x_ptr, res_ptr, kx, K, HAS_RESIDUAL)
+        if HAS_RESIDUAL and tl.program_id(0) == 0:
+            tl.store(res_out_ptr + kx, xr, mask=kx < K)
+        rstd = tl.sum(_inv_rms(xr.to(tl.float32), K, eps), 0)  # [1] -> its one value
+    x = _gemv_input(x_ptr, res_ptr, nw_ptr, k, K, rstd, NORM, HAS_RESIDUAL)
+    acc = tl.sum(w.to(tl.float32) * x[None, :], 1)
+    for c in range(1, tl.cdiv(K, BLOCK_K)):
+        kk = c * BLOCK_K + k
+        w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
+        x = _gemv_input(x_ptr, res_ptr, nw_ptr, kk, K, rstd, NORM, HAS_RESIDUAL)
+        acc += tl.sum(w.to(tl.float32) * x[None, :], 1)
+    _gemv_epilogue(
+        acc,
+        n,
+        valid,
+        N,
+        b_ptr,
+        out_ptr,
+        push_addresses_ptr,
+        push_counter_ptr,
+        HAS_BIAS,
+        SILU_MUL,
+        PUSH_WORLD,
+        PUSH_RANK,
+        PUSH_BLOCK,
+        BLOCK_N,
+    )
+
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #7fb27b941602401d91542211134fc71a
+@jit
+def _fp8_chunk(
+    x_ptr,
+    s_ptr,
+    w,
+    n,
+    valid,
+    c,
+    K,
+    stride_sn,
+    SCALE: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Chunk `c` of the row (padded to the MMA's 16 rows with zeros) times `w`, its `[BLOCK_K,
+    BLOCK_N]` tile of Wᵀ in FP8, upcast to the row's dtype (exact); with `SCALE == 1` times the
+    scale of the group it lies in."""
+    m, kk = tl.arange(0, 16), c * BLOCK_K + tl.arange(0, BLOCK_K)
+    x = tl.load(
+        x_ptr + m[:, None] * 0 + kk[None, :], mask=(m[:, None] == 0) & (kk < K)[None, :], other=0.0
+    )
+    if DOT_F32:  # Triton's interpreter multiplies bfloat16 tiles wrongly
+        d = tl.dot(x.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+    else:
+        d = tl.dot(x, w.to(x.dtype), input_precision="ieee")
+    if SCALE == 1:
+        s = tl.load(s_ptr + n * stride_sn + (c * BLOCK_K) // GROUP, mask=valid, other=0.0)
+        d = d * s[None, :]
+    return d
+
+# %% ../../nbs/kernels/03f_triton_gemv.ipynb #acae54e37e7d407bbb7b55eff062a284
+@jit
+def _fp8_gemv_kernel(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    b_ptr,
+    out_ptr,
+    push_addresses_ptr,
+    push_counter_ptr,
+    N,
+    K,
+    stride_wn,
+    stride_sn,
+    SCALE: tl.constexpr,  # 1: per row and GROUP (= BLOCK_K) columns, 2: per row
+    GROUP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SILU_MUL: tl.constexpr,
+    PUSH_WORLD: tl.constexpr,
+    PUSH_RANK: tl.constexpr,
+    PUSH_BLOCK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    valid = n < N
+    k = tl.arange(0, BLOCK_K)
+    cols = w_ptr + n[None, :].to(tl.int64) * stride_wn  # Wᵀ's columns
+    w0 = tl.load(cols + k[:, None], mask=valid[None, :] & (k < K)[:, None], other=0.0)
+    pdl_sync(PDL)  # the first tile before the wait; its product after the loop
+    acc = tl.zeros([16, BLOCK_N], tl.float32)
+    for c in range(1, tl.cdiv(K, BLOCK_K)):  # pipelined: tiles through shared memory (cp.async)
+        kk = c * BLOCK_K + k
+        w = tl.load(cols + kk[:, None], mask=valid[None, :] & (kk < K)[:, None], other=0.0)
+        acc += _fp8_chunk(
+            x_ptr, s_ptr, w, n, valid, c, K, stride_sn, SCALE, GROUP, BLOCK_K, DOT_F32
+        )
+    acc += _fp8_chunk(x_ptr, s_ptr, w0, n, valid, 0, K, stride_sn, SCALE, GROUP, BLOCK_K, DOT_F32)
+    y = tl.sum(acc, 0)  # rows 1-15 are zeros
+    if SCALE == 2:
+        y *= tl.load(s_ptr + n * stride_sn, mask=valid, other=0.0)
+    _gemv_epilogue(
+        y,
+        n,
+        valid,
+        N,
+        b_ptr,
+        out_ptr,
+        push_addresses_ptr,
+        push_counter_ptr,
+        HAS_BIAS,
+        SILU_MUL,
+        PUSH_WORLD,
+        PUSH_RANK,
+        PUSH_BLOCK,
+        BLOCK_N,
+    )
+
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #016ce238
 @functools.cache
 def num_sms(device: torch.device) -> int:
@@ -168,10 +261,10 @@ def num_sms(device: torch.device) -> int:
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #1521ab50
 @functools.cache
 def gemv_tiles(N: int, K: int, device: torch.device, itemsize: int = 2) -> dict:
-    """The GEMV's tile and launch options for an `[N, K]` weight of `itemsize`-byte elements (FP8:
-    8 × 2,048 tiles, 3.3–4.1 TB/s at Qwen3-8B's shapes on an H200, where 1,024 gave 2.7–3.6)."""
+    """The GEMV's tile and launch options for an `[N, K]` weight of `itemsize`-byte elements; FP8
+    (`itemsize` 1) on the tensor cores: `BLOCK_K` is its scale group's 128 columns."""
     if itemsize == 1:
-        return dict(BLOCK_N=8, BLOCK_K=min(2048, next_pow2(K)), num_warps=4, num_stages=3)
+        return dict(BLOCK_N=16, BLOCK_K=128, num_warps=4, num_stages=4)
     return dict(
         BLOCK_N=8
         if cdiv(N, 8) >= 4 * num_sms(device)
@@ -195,13 +288,11 @@ def fp8(weight) -> bool:
 
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #c004e83e
 def one_gpu_row(x: Tensor, weight: Tensor) -> bool:
-    """Whether `gemv` takes this product: a single row on a GPU, weights of its dtype (or FP8, in
-    groups that tile the GEMV's chunks) in contiguous rows."""
+    """Whether `gemv` takes this product: a single row on a GPU, weights of its dtype (or FP8, per
+    channel or in groups of 16 to 512 columns, a power of two) in contiguous rows."""
     K, w = x.shape[-1], weight.data if fp8(weight) else weight
     g = weight.group if fp8(weight) else K
-    groups_tile = g >= K or (
-        g & (g - 1) == 0 and g <= gemv_tiles(w.shape[0], K, x.device, 1)["BLOCK_K"]
-    )
+    groups_tile = g >= K or (g & (g - 1) == 0 and 16 <= g <= 512)
     same = w.dtype == x.dtype or (fp8(weight) and groups_tile and weight.scale.stride(1) == 1)
     return x.is_cuda and x.numel() == K and same and w.stride(1) == 1
 
@@ -219,15 +310,12 @@ def gemv(
     use_pdl: bool = True,
 ) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
     """`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the
-    row RMS-normalized first. `weight` may be an `Fp8Weight` (its scales applied per group)."""
+    row RMS-normalized first. An `Fp8Weight` goes to the FP8 kernel (tensor cores)."""
     if act not in (None, "silu_and_mul"):
         raise ValueError(f"gemv has no output activation {act!r}")
-    scale, group = (weight.scale, weight.group) if fp8(weight) else (None, 0)
-    weight = weight.data if fp8(weight) else weight
     K, N = x.shape[-1], weight.shape[0]
-    assert x.numel() == K == weight.shape[1] and weight.stride(1) == 1, (
-        "one row of K, and [N, K] contiguous rows"
-    )
+    w = weight.data if fp8(weight) else weight
+    assert x.numel() == K == w.shape[1] and w.stride(1) == 1, "one row of K, [N, K] contiguous rows"
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), (
         "(gate, up) row pairs, out in the input's dtype"
     )
@@ -238,44 +326,63 @@ def gemv(
     assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), (
         "float32 partials that fit"
     )
-    x1 = (
-        x if x.is_contiguous() else x.reshape(K).contiguous()
-    )  # the kernel reads K values from its start
+    x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # read: K values from its start
     out = torch.empty(
         *x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device
     )
-    tiles = gemv_tiles(N, K, x.device, weight.element_size())
+    tiles = gemv_tiles(N, K, x.device, w.element_size())
+    epilogue = dict(
+        HAS_BIAS=bias is not None,
+        SILU_MUL=act is not None,
+        PUSH_WORLD=push.world if push else 1,
+        PUSH_RANK=push.rank if push else 0,
+        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0,
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
+    )
+    push_args = (push and push.addresses, push and push.counters)
+    if fp8(weight):
+        assert not norm, "FP8 weights: the norm as a kernel of its own"
+        group = min(weight.group, K)
+        tiles = tiles | (dict(BLOCK_K=group) if group < K else {})
+        _fp8_gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
+            x1,
+            w,
+            weight.scale,
+            bias,
+            out,
+            *push_args,
+            N,
+            K,
+            w.stride(0),
+            weight.scale.stride(0),
+            SCALE=1 if group < K else 2,
+            GROUP=group,
+            DOT_F32=interpreting(),
+            **epilogue,
+            **tiles,
+        )
+        return out
     assert not norm or (prologue_norms_alike(K) and tiles["num_warps"] == 4), (
         "the norm kernel's tile: 1 x K, 4 warps"
     )
     _gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
         x1,
-        weight,
+        w,
         bias,
         out,
         residual,
         norm_weight,
         residual_out,
-        push and push.addresses,
-        push and push.counters,
-        scale,
+        *push_args,
         N,
         K,
-        weight.stride(0),
-        0 if scale is None else scale.stride(0),
+        w.stride(0),
         eps,
-        SCALE=0 if scale is None else 2 if group >= K else 1,
-        GROUP=group if 0 < group < K else 1,
-        HAS_BIAS=bias is not None,
-        SILU_MUL=act is not None,
         NORM=norm is not None,
         HAS_RESIDUAL=residual is not None,
-        PUSH_WORLD=push.world if push else 1,
-        PUSH_RANK=push.rank if push else 0,
-        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0,
         BLOCK_X=next_pow2(K) if norm else 1,
-        PDL=use_pdl and pdl(),
-        launch_pdl=use_pdl and pdl(),
+        **epilogue,
         **tiles,
     )
     return out

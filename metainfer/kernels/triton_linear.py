@@ -265,10 +265,11 @@ def norm_linear(
     use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one
-    `gemv` launch with the norm in its prologue (same bits). In a graph a launch costs no host time,
-    and the norm kernel is the faster of the two."""
+    `gemv` launch with the norm in its prologue (same bits); not with FP8 weights, whose GEMV has
+    no prologue. In a graph a launch costs no host time, and the norm kernel is the faster."""
     if not (
         one_gpu_row(x, weight)
+        and not fp8(weight)
         and norm_weight.dtype == x.dtype
         and (residual is None or residual.is_contiguous())
         and prologue_norms_alike(x.shape[-1])
