@@ -71,11 +71,11 @@ def admit(
         ids = truncated(ids, k, max_model_len)
     if not ids:
         raise ValueError("the prompt is empty")
-    for what, xs in [
+    for what, xs in [  # (checked ids: their smallest and largest)
         ("prompt token ids", ids),
-        ("logit_bias token ids", params.logit_bias),
+        ("logit_bias token ids", params.logit_bias.span),
         ("stop_token_ids", params.stop_token_ids),
-        ("allowed_token_ids", params.allowed_token_ids or ()),
+        ("allowed_token_ids", params.allowed_token_ids.span if params.allowed_token_ids else ()),
     ]:
         if any(not 0 <= t < vocab_size for t in xs):
             raise ValueError(f"{what} must be in [0, {vocab_size})")

@@ -86,13 +86,9 @@ class LogitsState:
 
     def __init__(self, seq: Sequence, V: int, device: torch.device, eos: tuple[int, ...] = ()):
         p, t = seq.params, lambda xs, dtype=torch.long: to_device(list(xs), device, dtype)
-        self.bias = (
-            (t(p.logit_bias), t(p.logit_bias.values(), torch.float32)) if p.logit_bias else None
-        )
-        self.allowed = None  # 0 at the allowed tokens, -inf elsewhere (added to the logits)
-        if p.allowed_token_ids is not None:
-            self.allowed = torch.full((V,), float("-inf"), device=device)
-            self.allowed[t(p.allowed_token_ids)] = 0
+        self.bias = p.logit_bias.tensors(device) if p.logit_bias else None  # (shared, as below)
+        # 0 at the allowed tokens, -inf elsewhere (added to the logits; the choices' shared mask)
+        self.allowed = None if p.allowed_token_ids is None else p.allowed_token_ids.mask(V, device)
         held = {*p.stop_token_ids, *(() if p.ignore_eos else eos)}
         self.held = t(sorted(held)) if p.min_tokens and held else None
         self.prompt = self.counts = None

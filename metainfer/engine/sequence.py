@@ -4,14 +4,17 @@
 
 # %% ../../nbs/engine/10_sequence.ipynb #8fa3d812
 from __future__ import annotations
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import Enum, auto
 from itertools import count
 from typing import Any
+import torch
+from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'RequestOutputKind', 'SamplingParams', 'SequenceStatus', 'Sequence']
+__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'RequestOutputKind', 'TokenBias', 'TokenIds', 'SamplingParams',
+           'SequenceStatus', 'Sequence']
 
 # %% ../../nbs/engine/10_sequence.ipynb #6df8a352
 class RequestOutputKind(Enum):
@@ -25,6 +28,42 @@ class RequestOutputKind(Enum):
 MAX_LOGPROBS = 20  # alternatives a request may ask for at each position (vLLM's default limit)
 SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's rule): logits / 1e-40 overflow
 
+# %% ../../nbs/engine/10_sequence.ipynb #acae54e37e7d407bbb7b55eff062a284
+class TokenBias(dict):
+    """`logit_bias` checked once: token id -> a bias in [-100, 100]; `span`: (smallest, largest)
+    id; `tensors(device)`: (ids, biases), made once per device (read only)."""
+
+    def __init__(self, bias: dict[int, float]):
+        super().__init__((int(t), float(b)) for t, b in bias.items())
+        if any(not -100 <= b <= 100 for b in self.values()):
+            raise ValueError("logit_bias values must be in [-100, 100]")
+        self.span, self._tensors = ((min(self), max(self)) if self else (0, 0)), {}
+
+    def tensors(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        if (key := str(device)) not in self._tensors:
+            ids, bias = torch.tensor(list(self)), torch.tensor(list(self.values()))
+            self._tensors[key] = (ids.to(device), bias.to(device, torch.float32))
+        return self._tensors[key]
+
+# %% ../../nbs/engine/10_sequence.ipynb #72eea5119410473aa328ad9291626812
+class TokenIds(tuple):
+    """`allowed_token_ids` checked once: sorted, without duplicates, not empty; `span`: (smallest,
+    largest); `mask(V, device)`: 0 at them and -inf elsewhere, made once per device (read only)."""
+
+    def __new__(cls, ids):
+        out = super().__new__(cls, sorted({int(t) for t in ids}))
+        if not out:
+            raise ValueError("allowed_token_ids must not be empty")
+        out.span, out._masks = (out[0], out[-1]), {}
+        return out
+
+    def mask(self, V: int, device: torch.device) -> Tensor:
+        if (key := (V, str(device))) not in self._masks:
+            m = torch.full((V,), float("-inf"), device=device)
+            m[torch.tensor(self, device=device)] = 0
+            self._masks[key] = m
+        return self._masks[key]
+
 # %% ../../nbs/engine/10_sequence.ipynb #9f7ed682
 @dataclass
 class SamplingParams:
@@ -36,7 +75,7 @@ class SamplingParams:
     max_tokens: int | None = 16  # completion tokens at most (None: up to max_model_len)
     seed: int | None = None  # per-request seed: same seed, same prompt, same tokens
     stop: str | list[str] | None = None  # stop strings (not included in the output text)
-    stop_token_ids: list[int] = field(default_factory=list)
+    stop_token_ids: list[int] | None = None
     ignore_eos: bool = False  # keep going past the end-of-sequence token
     # keep the stop string, or the stop token's text, at the end of the text
     include_stop_str_in_output: bool = False
@@ -53,11 +92,11 @@ class SamplingParams:
     )
     # divides positive (multiplies negative) logits of tokens in prompt or completion
     repetition_penalty: float = 1.0
-    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> added to its logit
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit (a `TokenBias`)
     min_tokens: int = 0  # no end-of-sequence or stop token before this many completion tokens
     n: int = 1  # completions of the prompt (`LLM.generate` and the server make one request each)
     min_p: float = 0.0  # drop tokens less likely than min_p times the likeliest (after temperature)
-    allowed_token_ids: list[int] | None = None  # only these tokens may be sampled
+    allowed_token_ids: list[int] | None = None  # only these may be sampled (as `TokenIds`)
     bad_words: list[str] | None = None  # words never generated (each token of them in sequence)
     # `bad_words` as `index_bad_words` gives them, where the caller made that (the server: off the
     # engine's thread, once for all a request's choices; read only, so they share it)
@@ -72,7 +111,13 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
-        self.stop_token_ids = list(self.stop_token_ids)
+        self.stop_token_ids = [int(t) for t in self.stop_token_ids or ()]
+        if self.seed == -1:  # (vLLM's: no seed)
+            self.seed = None
+        if not isinstance(self.logit_bias, TokenBias):  # (copies share the checked one)
+            self.logit_bias = TokenBias(self.logit_bias or {})
+        if not (self.allowed_token_ids is None or isinstance(self.allowed_token_ids, TokenIds)):
+            self.allowed_token_ids = TokenIds(self.allowed_token_ids)
         # looked up for every new token: a set, not the list (400k ids cost 35 s a request)
         self.stop_token_set = frozenset(self.stop_token_ids)
         if self.n < 1:
@@ -101,12 +146,8 @@ class SamplingParams:
                 raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
         if not 0 < self.repetition_penalty < float("inf"):
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if any(not -100 <= b <= 100 for b in self.logit_bias.values()):
-            raise ValueError("logit_bias values must be in [-100, 100]")
         if not 0 <= self.min_p <= 1:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        if self.allowed_token_ids is not None and not self.allowed_token_ids:
-            raise ValueError("allowed_token_ids must not be empty")
         if not 0 <= self.min_tokens <= (self.max_tokens or self.min_tokens):
             raise ValueError(
                 f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"

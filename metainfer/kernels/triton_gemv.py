@@ -8,7 +8,7 @@ import functools
 import torch
 from torch import Tensor
 from .elementwise import linear_ref
-from .triton_launch import cdiv, interpreting, jit, next_pow2, pdl, pdl_sync, tl
+from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 from .triton_norms import _inv_rms, _normed, add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul, silu_mul_pairs
 from ..distributed.symm_mem_kernel import PushBuffers, _push_partials
@@ -155,98 +155,6 @@ def _gemv_kernel(
         BLOCK_N,
     )
 
-# %% ../../nbs/kernels/03f_triton_gemv.ipynb #7fb27b941602401d91542211134fc71a
-@jit
-def _fp8_chunk(
-    x_ptr,
-    s_ptr,
-    w,
-    n,
-    valid,
-    c,
-    K,
-    stride_sn,
-    SCALE: tl.constexpr,
-    GROUP: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr,
-):
-    """Chunk `c` of the row (padded to the MMA's 16 rows with zeros) times `w`, its `[BLOCK_K,
-    BLOCK_N]` tile of Wᵀ in FP8, upcast to the row's dtype (exact); with `SCALE == 1` times the
-    scale of the group it lies in."""
-    m, kk = tl.arange(0, 16), c * BLOCK_K + tl.arange(0, BLOCK_K)
-    x = tl.load(
-        x_ptr + m[:, None] * 0 + kk[None, :], mask=(m[:, None] == 0) & (kk < K)[None, :], other=0.0
-    )
-    if DOT_F32:  # Triton's interpreter multiplies bfloat16 tiles wrongly
-        d = tl.dot(x.to(tl.float32), w.to(tl.float32), input_precision="ieee")
-    else:
-        d = tl.dot(x, w.to(x.dtype), input_precision="ieee")
-    if SCALE == 1:
-        s = tl.load(s_ptr + n * stride_sn + (c * BLOCK_K) // GROUP, mask=valid, other=0.0)
-        d = d * s[None, :]
-    return d
-
-# %% ../../nbs/kernels/03f_triton_gemv.ipynb #acae54e37e7d407bbb7b55eff062a284
-@jit
-def _fp8_gemv_kernel(
-    x_ptr,
-    w_ptr,
-    s_ptr,
-    b_ptr,
-    out_ptr,
-    push_addresses_ptr,
-    push_counter_ptr,
-    N,
-    K,
-    stride_wn,
-    stride_sn,
-    SCALE: tl.constexpr,  # 1: per row and GROUP (= BLOCK_K) columns, 2: per row
-    GROUP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    SILU_MUL: tl.constexpr,
-    PUSH_WORLD: tl.constexpr,
-    PUSH_RANK: tl.constexpr,
-    PUSH_BLOCK: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    valid = n < N
-    k = tl.arange(0, BLOCK_K)
-    cols = w_ptr + n[None, :].to(tl.int64) * stride_wn  # Wᵀ's columns
-    w0 = tl.load(cols + k[:, None], mask=valid[None, :] & (k < K)[:, None], other=0.0)
-    pdl_sync(PDL)  # the first tile before the wait; its product after the loop
-    acc = tl.zeros([16, BLOCK_N], tl.float32)
-    for c in range(1, tl.cdiv(K, BLOCK_K)):  # pipelined: tiles through shared memory (cp.async)
-        kk = c * BLOCK_K + k
-        w = tl.load(cols + kk[:, None], mask=valid[None, :] & (kk < K)[:, None], other=0.0)
-        acc += _fp8_chunk(
-            x_ptr, s_ptr, w, n, valid, c, K, stride_sn, SCALE, GROUP, BLOCK_K, DOT_F32
-        )
-    acc += _fp8_chunk(x_ptr, s_ptr, w0, n, valid, 0, K, stride_sn, SCALE, GROUP, BLOCK_K, DOT_F32)
-    y = tl.sum(acc, 0)  # rows 1-15 are zeros
-    if SCALE == 2:
-        y *= tl.load(s_ptr + n * stride_sn, mask=valid, other=0.0)
-    _gemv_epilogue(
-        y,
-        n,
-        valid,
-        N,
-        b_ptr,
-        out_ptr,
-        push_addresses_ptr,
-        push_counter_ptr,
-        HAS_BIAS,
-        SILU_MUL,
-        PUSH_WORLD,
-        PUSH_RANK,
-        PUSH_BLOCK,
-        BLOCK_N,
-    )
-
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #016ce238
 @functools.cache
 def num_sms(device: torch.device) -> int:
@@ -260,11 +168,8 @@ def num_sms(device: torch.device) -> int:
 
 # %% ../../nbs/kernels/03f_triton_gemv.ipynb #1521ab50
 @functools.cache
-def gemv_tiles(N: int, K: int, device: torch.device, itemsize: int = 2) -> dict:
-    """The GEMV's tile and launch options for an `[N, K]` weight of `itemsize`-byte elements; FP8
-    (`itemsize` 1) on the tensor cores: `BLOCK_K` is its scale group's 128 columns."""
-    if itemsize == 1:
-        return dict(BLOCK_N=16, BLOCK_K=128, num_warps=4, num_stages=4)
+def gemv_tiles(N: int, K: int, device: torch.device) -> dict:
+    "The GEMV's tile and launch options for an `[N, K]` weight (FP8 ones: `fp8_gemv_tiles`)."
     return dict(
         BLOCK_N=8
         if cdiv(N, 8) >= 4 * num_sms(device)
@@ -310,7 +215,7 @@ def gemv(
     use_pdl: bool = True,
 ) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
     """`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the
-    row RMS-normalized first. An `Fp8Weight` goes to the FP8 kernel (tensor cores)."""
+    row RMS-normalized first. An `Fp8Weight` goes to `fp8_gemv` (the tensor cores; no `norm`)."""
     if act not in (None, "silu_and_mul"):
         raise ValueError(f"gemv has no output activation {act!r}")
     K, N = x.shape[-1], weight.shape[0]
@@ -319,50 +224,23 @@ def gemv(
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), (
         "(gate, up) row pairs, out in the input's dtype"
     )
+    assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), (
+        "float32 partials that fit"
+    )
+    if fp8(weight):
+        assert not norm, "FP8 weights: the norm as a kernel of its own"
+        from metainfer.kernels.triton_fp8_gemv import fp8_gemv  # (it imports the epilogue here)
+
+        return fp8_gemv(x, weight, bias, out_dtype, act, push, use_pdl)
     residual, norm_weight, eps = norm or (None, None, 0.0)
     assert residual is None or (residual.is_contiguous() and residual_out is not None), (
         "a contiguous residual, and its out"
-    )
-    assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), (
-        "float32 partials that fit"
     )
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # read: K values from its start
     out = torch.empty(
         *x.shape[:-1], N // 2 if act else N, dtype=out_dtype or x.dtype, device=x.device
     )
-    tiles = gemv_tiles(N, K, x.device, w.element_size())
-    epilogue = dict(
-        HAS_BIAS=bias is not None,
-        SILU_MUL=act is not None,
-        PUSH_WORLD=push.world if push else 1,
-        PUSH_RANK=push.rank if push else 0,
-        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0,
-        PDL=use_pdl and pdl(),
-        launch_pdl=use_pdl and pdl(),
-    )
-    push_args = (push and push.addresses, push and push.counters)
-    if fp8(weight):
-        assert not norm, "FP8 weights: the norm as a kernel of its own"
-        group = min(weight.group, K)
-        tiles = tiles | (dict(BLOCK_K=group) if group < K else {})
-        _fp8_gemv_kernel[(cdiv(N, tiles["BLOCK_N"]),)](
-            x1,
-            w,
-            weight.scale,
-            bias,
-            out,
-            *push_args,
-            N,
-            K,
-            w.stride(0),
-            weight.scale.stride(0),
-            SCALE=1 if group < K else 2,
-            GROUP=group,
-            DOT_F32=interpreting(),
-            **epilogue,
-            **tiles,
-        )
-        return out
+    tiles = gemv_tiles(N, K, x.device)
     assert not norm or (prologue_norms_alike(K) and tiles["num_warps"] == 4), (
         "the norm kernel's tile: 1 x K, 4 warps"
     )
@@ -374,15 +252,22 @@ def gemv(
         residual,
         norm_weight,
         residual_out,
-        *push_args,
+        push and push.addresses,
+        push and push.counters,
         N,
         K,
         w.stride(0),
         eps,
+        HAS_BIAS=bias is not None,
+        SILU_MUL=act is not None,
         NORM=norm is not None,
         HAS_RESIDUAL=residual is not None,
+        PUSH_WORLD=push.world if push else 1,
+        PUSH_RANK=push.rank if push else 0,
+        PUSH_BLOCK=push.max_rows * push.max_hidden if push else 0,
         BLOCK_X=next_pow2(K) if norm else 1,
-        **epilogue,
+        PDL=use_pdl and pdl(),
+        launch_pdl=use_pdl and pdl(),
         **tiles,
     )
     return out

@@ -34,15 +34,18 @@ def prompt_count(req) -> int:
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #7d81107e
 def prompt_chars(req) -> int:
-    "Characters of a request's longest text prompt (a chat's: its messages' contents together)."
+    """Characters of a request's longest text prompt; a chat's: all its messages hold (contents,
+    names, reasoning, tool calls; one at least for each message) and its tools' definitions."""
     if isinstance(p := declared(req, "prompt"), str):
         return len(p)
     if isinstance(req, CompletionRequest):
         return max((len(q) for q in prompt_list(req) if isinstance(q, str)), default=0)
-    chars = 0
+    chars = sum(len(t.model_dump_json()) for t in declared(req, "tools") or [])
     for m in getattr(req, "messages", None) or []:
-        c = m.content
+        c, calls = m.content, m.tool_calls or []
         chars += len(c) if isinstance(c, str) else sum(len(x.text or "") for x in c or [])
+        chars += 1 + len(m.name or "") + len(m.reasoning_content or "") + len(m.tool_call_id or "")
+        chars += sum(len(t.function.name) + len(t.function.arguments) for t in calls)
     return chars
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #cf78a859

@@ -5,7 +5,7 @@
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #e679ffa7
 from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar
-from pydantic import BaseModel, ConfigDict, FailFast, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, FailFast, Field, ValidationError, model_validator
 from typing_extensions import TypeAliasType
 from fastapi.responses import JSONResponse
 from fastcore.basics import patch
@@ -71,7 +71,8 @@ Items = TypeAliasType("Items", Annotated[list[_T], FailFast()], type_params=(_T,
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #4e23e0b9
 class StreamOptions(OpenAIModel):
-    include_usage: bool | None = None
+    include_usage: bool | None = None  # a last chunk with the response's usage
+    continuous_usage_stats: bool | None = None  # vLLM's: each chunk with its choice's usage so far
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #96a1e32f
 class SamplingRequest(OpenAIModel):
@@ -231,6 +232,13 @@ class ChatCompletionRequest(SamplingRequest):
     chat_template: str | None = None  # vLLM's: only with --trust-request-chat-template
     add_generation_prompt: bool = True  # vLLM's: open the assistant's turn
     continue_final_message: bool = False  # vLLM's: continue the last (assistant) message instead
+
+    @model_validator(mode="after")
+    def _no_tools_required(self):
+        "`tool_choice: required` with `tools: []` asks for no call (vLLM's, as OpenAI does)."
+        if self.tools == [] and self.tool_choice == "required":
+            self.tool_choice = "none"
+        return self
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #4d4f0b96
 class TokenizeRequest(OpenAIModel):

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import re
 from typing import Any
-from ...engine.sequence import SAMPLING_EPS, SamplingParams
+from ...engine.sequence import SAMPLING_EPS, SamplingParams, TokenBias, TokenIds
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     declared,
@@ -18,7 +18,7 @@ from metainfer.entrypoints.openai.protocol import (
 # %% auto #0
 __all__ = ['UNSUPPORTED', 'CHAT_UNSUPPORTED', 'COMPLETION_UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS',
            'MAX_STOP_TOKEN_IDS', 'MAX_BAD_WORDS', 'unsupported', 'check_supported', 'candidates_per_prompt',
-           'logit_bias_ids', 'check_stop_limits', 'sampling_params']
+           'logit_bias_ids', 'checked_token_params', 'check_stop_limits', 'sampling_params']
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #ae7c539a
 def _asked(v: Any) -> bool:
@@ -82,6 +82,10 @@ def check_supported(req) -> None:
             code="unsupported_parameter",
             param=bad,
         )
+    if declared(req, "stream_options") is not None and not req.stream:  # (vLLM's rule)
+        raise OpenAIError(
+            "stream_options can only be given with stream: true", param="stream_options"
+        )
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #a840da08
 def candidates_per_prompt(req: SamplingRequest) -> int:
@@ -104,15 +108,22 @@ def candidates_per_prompt(req: SamplingRequest) -> int:
 TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,9}")  # ASCII digits, no sign, space, "_" or leading 0
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #4172a148
-def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
+def logit_bias_ids(bias: dict[str, Any] | None, vocab_size: int | None = None) -> TokenBias:
     """`logit_bias` keyed by token id: each key a canonical non-negative integer (`"5"`, not `" 5"`,
-    `"05"`, `"1_0"` or `"٥"`, so no two keys name one id), each value a number; a 400 at the
-    first that isn't (the engine checks ids against the vocabulary)."""
+    `"05"`, `"1_0"` or `"٥"`, so no two keys name one id) below `vocab_size`, each value a number;
+    a 400 at the first that isn't (with more keys than the vocabulary has ids, before any)."""
+    bias = bias or {}
+    if vocab_size is not None and len(bias) > vocab_size:
+        raise OpenAIError(
+            f"logit_bias has {len(bias)} entries: more than the {vocab_size} token ids there are",
+            param="logit_bias",
+        )
     out = {}
-    for k, v in (bias or {}).items():
-        if not TOKEN_ID.fullmatch(k):
+    for k, v in bias.items():
+        if not TOKEN_ID.fullmatch(k) or (vocab_size is not None and int(k) >= vocab_size):
             raise OpenAIError(
-                f"logit_bias keys must be token ids written as plain digits, got {k!r:.40}",
+                f"logit_bias keys must be token ids in [0, {vocab_size}) written as plain digits, "
+                f"got {k!r:.40}",
                 param="logit_bias",
             )
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
@@ -120,6 +131,23 @@ def logit_bias_ids(bias: dict[str, Any] | None) -> dict[int, float]:
                 f"logit_bias[{k!r}] must be a number in [-100, 100]", param="logit_bias"
             )
         out[int(k)] = float(v)
+    return TokenBias(out)
+
+# %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #19148f3f
+def checked_token_params(req: SamplingRequest, vocab_size: int | None = None) -> dict:
+    """`logit_bias` (a `TokenBias`), `allowed_token_ids` (`TokenIds`: sorted, no duplicates) and
+    `stop_token_ids` of `req`, every id below `vocab_size`; a 400 naming the first bad one."""
+    out = {"logit_bias": logit_bias_ids(req.logit_bias, vocab_size)}
+    V = float("inf") if vocab_size is None else vocab_size
+    if (ids := req.allowed_token_ids) is not None:
+        try:
+            out["allowed_token_ids"] = TokenIds(ids)
+        except ValueError as e:
+            raise OpenAIError(str(e), param="allowed_token_ids") from None
+        if not 0 <= out["allowed_token_ids"].span[0] <= out["allowed_token_ids"].span[1] < V:
+            raise OpenAIError(f"allowed_token_ids must be in [0, {V})", param="allowed_token_ids")
+    if any(not 0 <= t < V for t in req.stop_token_ids or ()):
+        raise OpenAIError(f"stop_token_ids must be in [0, {V})", param="stop_token_ids")
     return out
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #cc3a2d38
@@ -187,8 +215,8 @@ def _logprobs(req: SamplingRequest, chat: bool) -> tuple[int | None, int | None]
     return logprobs, prompt_logprobs
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #bf8ebeee
-def _given(req: SamplingRequest, logprobs, prompt_logprobs, bias: dict[int, float]) -> dict:
-    "The `SamplingParams` fields `req` gives (those not `None`)."
+def _given(req: SamplingRequest, logprobs, prompt_logprobs) -> dict:
+    "The `SamplingParams` fields `req` gives (those not `None`; token-id sets aside)."
     return {
         k: v
         for k, v in dict(
@@ -197,19 +225,16 @@ def _given(req: SamplingRequest, logprobs, prompt_logprobs, bias: dict[int, floa
             top_k=req.top_k,
             seed=req.seed,
             stop=req.stop,
-            stop_token_ids=req.stop_token_ids,
             ignore_eos=req.ignore_eos,
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty,
             repetition_penalty=req.repetition_penalty,
-            logit_bias=bias,
             min_tokens=req.min_tokens,
             include_stop_str_in_output=req.include_stop_str_in_output,
             skip_special_tokens=req.skip_special_tokens,
             min_p=req.min_p,
-            allowed_token_ids=req.allowed_token_ids,
             bad_words=req.bad_words,
         ).items()
         if v is not None
@@ -221,16 +246,23 @@ def sampling_params(
     prompt_len: int,
     max_model_len: int,
     defaults: dict | None = None,  # for the fields `req` leaves out (generation_config.json's)
+    token_params: dict | None = None,  # `checked_token_params(req)`, made once for every prompt
 ) -> SamplingParams:
-    "The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first)."
+    """The engine's `SamplingParams` for `req`, or a 400 `OpenAIError` (`check_supported` first).
+    `max_tokens` as vLLM's: what the request asks, else (a completion's `max_tokens` left out) 16,
+    else the context's room; at most a default's (`max_new_tokens` of generation_config.json)."""
     check_stop_limits(req)
     chat = isinstance(req, ChatCompletionRequest)
     room, max_tokens = _room(req, prompt_len, max_model_len, chat)
     logprobs, prompt_logprobs = _logprobs(req, chat)
-    given = _given(req, logprobs, prompt_logprobs, logit_bias_ids(req.logit_bias))
+    checked = checked_token_params(req) if token_params is None else token_params
+    given = _given(req, logprobs, prompt_logprobs) | checked
     known = SamplingParams.__dataclass_fields__
-    given = {k: v for k, v in (defaults or {}).items() if k in known} | given
+    defaults = {k: v for k, v in (defaults or {}).items() if k in known}
+    if max_tokens is None:  # (a completion's null asks for the room, as a chat's absence does)
+        sent = chat or "max_tokens" in req.model_fields_set
+        max_tokens = min(room if sent else min(16, room), defaults.get("max_tokens") or room)
     try:
-        return SamplingParams(max_tokens=max_tokens or (room if chat else min(16, room)), **given)
+        return SamplingParams(**defaults | given | dict(max_tokens=max_tokens))
     except ValueError as e:
         raise OpenAIError(str(e)) from None

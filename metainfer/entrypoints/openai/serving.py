@@ -8,17 +8,14 @@ import asyncio
 import logging
 import secrets
 import uuid
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
-from fastcore.basics import patch
 from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from ...engine.admission import bad_words_index, truncated
 from ...engine.sequence import SamplingParams
+from .body_parser import BodyParser
 from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
@@ -30,6 +27,7 @@ from metainfer.entrypoints.openai.protocol import (
 from metainfer.entrypoints.openai.sampling import (
     candidates_per_prompt,
     check_supported,
+    checked_token_params,
     sampling_params,
 )
 from .prompts import prompt_chars, prompt_count
@@ -37,42 +35,8 @@ from .structured_outputs import request_grammars
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
 
 # %% auto #0
-__all__ = ['BIG_BODY_BYTES', 'MAX_CHOICES', 'BodyParser', 'ServerState', 'keeps_tool_tags', 'max_token_chars', 'server_state',
-           'check_api_key', 'read_body', 'read_request', 'check_request', 'check_model', 'Choice', 'abort_all',
-           'add_choices', 'submit']
-
-# %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #40e83c5b
-BIG_BODY_BYTES = 256 * 2**10  # larger bodies are validated in a worker process
-
-# %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #7aec611c
-class BodyParser:
-    """Validates request bodies: small ones in a thread, large ones in one worker process (started
-    at the first), so that a flood of large bad bodies takes a core of its own and not the
-    interpreter lock every other request needs."""
-
-    def __init__(self, big: int = BIG_BODY_BYTES):
-        self.big, self.pool = big, None
-
-# %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #a4ca9fb6
-@patch
-async def parse(self: BodyParser, cls: type[OpenAIModel], body: bytes) -> OpenAIModel:
-    if len(body) <= self.big:
-        return await run_in_threadpool(parse_request, cls, body)
-    if self.pool is None:
-        self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, parse_request, cls, body)
-    except BrokenProcessPool:  # (it ran out of memory, say): the next body gets a new one
-        self.pool = None
-        raise OpenAIError("the request body could not be validated") from None
-
-# %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #3d82da9e
-@patch
-def close(self: BodyParser) -> None:
-    if self.pool is not None:
-        self.pool.shutdown(cancel_futures=True)
-    self.pool = None
+__all__ = ['MAX_CHOICES', 'ServerState', 'keeps_tool_tags', 'max_token_chars', 'server_state', 'check_api_key', 'read_body',
+           'read_request', 'check_request', 'check_model', 'Choice', 'abort_all', 'add_choices', 'submit']
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #51989aec
 @dataclass
@@ -170,6 +134,13 @@ def check_request(st: ServerState, req) -> None:
                     code="unsupported_parameter",
                     param=param,
                 )
+    if len(msgs := declared(req, "messages") or ()) > st.engine.max_model_len:  # a token each
+        raise OpenAIError(
+            f"the chat has {len(msgs)} messages: more than {st.engine.max_model_len} tokens (this "
+            f"model's maximum context length) can hold",
+            code="context_length_exceeded",
+            param="messages",
+        )
     # the characters a prompt may have (with `truncate_prompt_tokens`: the body's size bounds them)
     limit = st.max_prompt_chars if declared(req, "truncate_prompt_tokens") is None else None
     if limit is not None and (n := prompt_chars(req)) > limit:
@@ -230,8 +201,10 @@ async def _prompt_ids(st: ServerState, req: SamplingRequest, prompts_of) -> list
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #12a91499
 async def _choice_params(st: ServerState, req: SamplingRequest, prompts) -> list[SamplingParams]:
     "Each prompt's `SamplingParams`, with its grammar, if any."
+    vocab = st.engine.engine.model_config.vocab_size
+    checked = await run_in_threadpool(checked_token_params, req, vocab)  # once: long id lists
     params = [  # every prompt checked first
-        sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults)
+        sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults, checked)
         for ids in prompts
     ]
     grammars = await run_in_threadpool(

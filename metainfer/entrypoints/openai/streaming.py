@@ -170,18 +170,20 @@ async def stream_events(
     tokenizer=None,
 ) -> AsyncIterator[str]:
     "The SSE events of a streaming response: its choices' chunks as they come, then `data: [DONE]`."
-    chat, last = head["object"] == "chat.completion.chunk", {}
+    chat, last, opts = head["object"] == "chat.completion.chunk", {}, req.stream_options
     # a chat's prompt ids go with its first chunk that has an output
     prompt_ids = chat and bool(req.return_token_ids)
     try:
         async for choice, out in _events(choices, req, chat, echoes, tokenizer, last):
+            so_far = opts and opts.continuous_usage_stats and last.get(choice["index"])
             yield sse(
                 head
                 | {"choices": [choice]}
                 | ({"prompt_token_ids": out.prompt_token_ids} if prompt_ids and out else {})
+                | ({"usage": usage([so_far])} if so_far else {})
             )
             prompt_ids = prompt_ids and out is None
-        if req.stream_options and req.stream_options.include_usage and len(last) == len(choices):
+        if opts and opts.include_usage and len(last) == len(choices):
             yield sse(
                 head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)}
             )
