@@ -6,6 +6,7 @@
 from __future__ import annotations
 import argparse
 import json
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
-           'KV_CACHE_DTYPES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
-           'EngineConfig', 'generation_defaults', 'generation_eos_ids', 'allowed_model_len', 'token_budget',
-           'add_engine_args', 'engine_config']
+           'KV_CACHE_DTYPES', 'HF_MODEL_ID', 'CHECKPOINT_FILES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig',
+           'load_model_config', 'arg', 'model_folder', 'EngineConfig', 'generation_defaults', 'generation_eos_ids',
+           'allowed_model_len', 'token_budget', 'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #8c4f85ba
 ARCHITECTURES: dict[str, str] = {
@@ -134,6 +135,23 @@ def arg(default: Any, help: str, **flag: Any) -> Any:
     `alias`)."""
     return field(default=default, metadata={"help": help, **flag})
 
+# %% ../nbs/01_config.ipynb #9b3bb063
+HF_MODEL_ID = re.compile(r"[\w.-]+/[\w.-]+")  # "org/name"
+CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def model_folder(model: str, revision: str | None = None) -> str:
+    """`model` as a checkpoint folder: itself, if it is one; else a Hugging Face model id's snapshot
+    in the Hugging Face cache, downloaded unless `HF_HUB_OFFLINE=1` (as vLLM takes ids)."""
+    if Path(model).is_dir() or not HF_MODEL_ID.fullmatch(model):
+        return model
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model, revision=revision, allow_patterns=CHECKPOINT_FILES)
+    except Exception as e:
+        raise FileNotFoundError(f"{model}: no such folder, nor a model to be had: {e}") from None
+
 # %% ../nbs/01_config.ipynb #51404af3
 @dataclass
 class EngineConfig:
@@ -142,6 +160,7 @@ class EngineConfig:
 
     model: str  # checkpoint folder (config.json, *.safetensors, tokenizer)
     tokenizer: str | None = arg(None, "tokenizer folder (default: the model's)")
+    revision: str | None = arg(None, "a Hugging Face model id's branch, tag or commit")
     tensor_parallel_size: int = arg(1, "ranks each layer is split over", alias="-tp")
     expert_parallel_size: int | None = arg(
         None, "MoE: experts split this many ways (a divisor of TP; default: TP)"
@@ -210,12 +229,15 @@ class EngineConfig:
     )
 
     def __post_init__(self):
+        self.model = model_folder(self.model, self.revision)
         if self.tensor_parallel_size < 1:
             raise ValueError("tensor_parallel_size must be >= 1")
         if self.expert_parallel_size and self.tensor_parallel_size % self.expert_parallel_size:
             raise ValueError("expert_parallel_size must divide tensor_parallel_size")
         if self.block_size < 1:
             raise ValueError("block_size must be >= 1")
+        if not isinstance(self.dtype, str):  # a torch.dtype (vLLM takes one too)
+            self.dtype = str(self.dtype).removeprefix("torch.")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         self.dtype = DTYPES[self.dtype]
@@ -237,7 +259,14 @@ class EngineConfig:
             raise ValueError("nnodes > 1 needs dist_init_addr: node 0's HOST:PORT, on every node")
 
 # %% ../nbs/01_config.ipynb #b9ebdc0c
-GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "repetition_penalty", "min_p")
+GENERATION_DEFAULTS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "min_p",
+    "max_new_tokens",  # (as `max_tokens`)
+)
 
 # %% ../nbs/01_config.ipynb #24bffecd
 def generation_defaults(config: EngineConfig) -> dict[str, Any]:
@@ -252,7 +281,10 @@ def generation_defaults(config: EngineConfig) -> dict[str, Any]:
             raise FileNotFoundError(f"--generation-config: no generation_config.json in {folder}")
         return {}
     hf = json.loads(path.read_text())
-    return {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
+    out = {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
+    if "max_new_tokens" in out:  # (vLLM's rename)
+        out["max_tokens"] = out.pop("max_new_tokens")
+    return out
 
 # %% ../nbs/01_config.ipynb #328fb297
 def generation_eos_ids(model_dir: str | Path) -> tuple[int, ...]:
@@ -263,9 +295,13 @@ def generation_eos_ids(model_dir: str | Path) -> tuple[int, ...]:
 
 # %% ../nbs/01_config.ipynb #6a38d1aa
 def allowed_model_len(config: EngineConfig, model: ModelConfig) -> int:
-    "The longest sequence asked for: `max_model_len`, at most the model's positions."
+    "The longest sequence asked for: `max_model_len` (default: the model's positions), or an error."
     positions = model.max_position_embeddings
-    return min(config.max_model_len or positions, positions)
+    if (asked := config.max_model_len or positions) > positions:  # (vLLM's check)
+        raise ValueError(
+            f"max_model_len={asked} is more than the model's max_position_embeddings={positions}"
+        )
+    return asked
 
 # %% ../nbs/01_config.ipynb #e838fdec
 def token_budget(config: EngineConfig, max_model_len: int) -> int:

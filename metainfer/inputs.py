@@ -28,8 +28,8 @@ PromptType = Union[str, list[int], TextPrompt, TokensPrompt]
 def prompt_of(p: PromptType) -> str | list[int]:
     "What the engine takes of one prompt: its text, or its token ids."
     if isinstance(p, dict):
-        if "prompt_token_ids" in p:
-            return list(p["prompt_token_ids"])
+        if "prompt_token_ids" in p:  # (any sequence of integers: a numpy array too)
+            return [int(t) for t in p["prompt_token_ids"]]
         if "prompt" in p:
             return p["prompt"]
         raise ValueError(f"a prompt dict needs 'prompt' or 'prompt_token_ids', got {list(p)}")

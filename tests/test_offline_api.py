@@ -61,6 +61,13 @@ def test_truncate_prompt_tokens_keeps_the_last(llm):
     assert full.prompt_token_ids == ids  # -1: up to max_model_len
     with pytest.raises(ValueError, match="truncate_prompt_tokens"):
         SamplingParams(truncate_prompt_tokens=0)
+    # a prompt longer than the context: -1 leaves room for one token (vLLM's -1 is max_model_len)
+    long = list(range(10, 10 + 2 * MAX_MODEL_LEN))
+    cut = llm.generate(long, greedy(max_tokens=4, truncate_prompt_tokens=-1), use_tqdm=False)[0]
+    assert cut.prompt_token_ids == long[-(MAX_MODEL_LEN - 1) :]
+    assert len(cut.outputs[0].token_ids) == 1 and cut.outputs[0].finish_reason == "length"
+    with pytest.raises(ValueError, match="more than max_model_len"):
+        llm.generate(long, greedy(truncate_prompt_tokens=MAX_MODEL_LEN + 1), use_tqdm=False)
 
 
 def test_detokenize_false_gives_ids_only(llm):

@@ -25,8 +25,11 @@ def load_tokenizer(model_dir: str):
 
 # %% ../../nbs/engine/13d_admission.ipynb #979735aa
 def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:
-    "vLLM's `truncate_prompt_tokens=k`: the prompt's last `k` tokens (`-1`: up to `max_model_len`)."
-    return ids[-(max_model_len if k == -1 else k) :]
+    """vLLM's `truncate_prompt_tokens=k`: the prompt's last `k` tokens, at most `max_model_len`
+    (`-1`: as many as leave room for one new token)."""
+    if k > max_model_len:
+        raise ValueError(f"truncate_prompt_tokens={k} is more than max_model_len={max_model_len}")
+    return ids[-(max_model_len - 1 if k == -1 else k) :]
 
 # %% ../../nbs/engine/13d_admission.ipynb #337bdd55
 def bad_word_ids(tokenizer, words: list[str]) -> list[list[int]]:

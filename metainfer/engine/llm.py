@@ -16,32 +16,46 @@ from .outputs import CompletionOutput, RequestOutput
 from .llm_engine import LLMEngine
 
 # %% auto #0
-__all__ = ['chat_token_ids', 'default_sampling_params', 'as_delta', 'LLM']
+__all__ = ['text_content', 'chat_token_ids', 'default_sampling_params', 'as_delta', 'LLM']
 
 # %% ../../nbs/engine/14a_llm.ipynb #36c322f5
+def text_content(message: dict) -> dict:
+    """`message` with its content as one string: OpenAI's list of text parts joined by newlines (as
+    vLLM's `auto` content format does for string templates); other parts are refused."""
+    parts = message.get("content")
+    if not isinstance(parts, list):
+        return message
+    if any(not isinstance(p, dict) or p.get("type") != "text" for p in parts):
+        raise ValueError("only text content parts are supported")
+    return message | {"content": "\n".join(p.get("text") or "" for p in parts)}
+
+
 def chat_token_ids(
     tokenizer,
     messages: list[dict],
     tools: list[dict] | None = None,
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
+    chat_template: str | None = None,  # instead of the tokenizer's
     **template_kwargs,
 ) -> list[int]:
-    """A conversation rendered by the tokenizer's chat template (with `tools`, if any), as token ids
-    ready for the model: the assistant's turn opened, or (`continue_final_message`) its last message
-    left open to continue."""
-    if tokenizer is None or not tokenizer.chat_template:
+    """A conversation rendered by the chat template (with `tools`, if any), as token ids ready for
+    the model: the assistant's turn opened, or (`continue_final_message`) its last message left open
+    to continue."""
+    template = chat_template or (tokenizer is not None and tokenizer.chat_template)
+    if tokenizer is None or not template:
         raise ValueError("this model has no chat template")
-    if tools and "tools" not in str(tokenizer.chat_template):
+    if tools and "tools" not in str(template):
         raise ValueError("this model's chat template does not take tools")
     if add_generation_prompt and continue_final_message:
         raise ValueError("continue_final_message needs add_generation_prompt: false")
     text = tokenizer.apply_chat_template(
-        messages,
+        [text_content(m) for m in messages],
         tools=tools,
         tokenize=False,
         add_generation_prompt=add_generation_prompt,
         continue_final_message=continue_final_message,
+        chat_template=chat_template,
         **template_kwargs,
     )
     return tokenizer(text, add_special_tokens=False).input_ids
@@ -79,6 +93,10 @@ class LLM:
     ):
         if kwargs.get("max_num_batched_tokens") is None:  # offline: larger steps, as vLLM's
             kwargs["max_num_batched_tokens"] = OFFLINE_TOKEN_BUDGET
+        if (mode := kwargs.pop("tokenizer_mode", "auto")) not in ("auto", "hf"):
+            raise ValueError(f"tokenizer_mode={mode!r}: only auto (the model's HF tokenizer)")
+        for name in ("disable_log_stats", "swap_space"):  # vLLM's, with no effect here
+            kwargs.pop(name, None)
         self.engine = LLMEngine(
             EngineConfig(
                 str(model),
@@ -119,6 +137,7 @@ class LLM:
             outs,
             len(have) == len(group) and all(o.finished for o in have),
             have[0].prompt_logprobs,
+            have[0].num_cached_tokens,
         )
 
 # %% ../../nbs/engine/14a_llm.ipynb #b5398ba3
@@ -159,8 +178,8 @@ def _submit(self: LLM, prompts, sampling_params, stream: bool):
     prompt, and each prompt's `SamplingParams`."""
     prompts = prompt_list(prompts)
     params = (
-        sampling_params
-        if isinstance(sampling_params, list)
+        list(sampling_params)
+        if isinstance(sampling_params, (list, tuple))
         else [sampling_params or self.get_default_sampling_params()] * len(prompts)
     )
     if len(params) != len(prompts):
@@ -207,10 +226,16 @@ def stream(self: LLM, prompts, sampling_params=None) -> Iterator[RequestOutput]:
 def generate(
     self: LLM,
     prompts: PromptType | list[PromptType],  # text, token ids, `TextPrompt`s, `TokensPrompt`s
-    sampling_params=None,
+    sampling_params=None,  # one for all, or one per prompt (a list or tuple)
     use_tqdm: bool = True,
+    lora_request=None,  # (vLLM's: no adapters here; only None)
+    priority: list[int] | None = None,  # (vLLM's: first come, first served here; only zeros)
 ) -> list[RequestOutput]:
     "Complete every prompt (`n` times, with `SamplingParams(n=...)`); outputs in prompt order."
+    if lora_request is not None:
+        raise ValueError("LoRA adapters are not supported")
+    if any(priority or ()):
+        raise ValueError("request priorities are not supported (requests run first come, first)")
     groups, _ = self._submit(prompts, sampling_params, stream=False)
     done: dict[str, RequestOutput] = {}
     try:
@@ -235,8 +260,12 @@ def chat(
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
     chat_template_kwargs: dict | None = None,
+    chat_template: str | None = None,  # a Jinja template instead of the tokenizer's
+    chat_template_content_format: str = "auto",  # (vLLM's: content lists become strings)
 ) -> list[RequestOutput]:
     "Complete a conversation (a list of messages) or several, rendered by `chat_token_ids`."
+    if chat_template_content_format not in ("auto", "string"):
+        raise ValueError("chat_template_content_format: only auto and string are supported")
     conversations = [messages] if messages and isinstance(messages[0], dict) else messages
     tok = self.get_tokenizer()
     prompts = [
@@ -246,6 +275,7 @@ def chat(
             tools,
             add_generation_prompt,
             continue_final_message,
+            chat_template,
             **(chat_template_kwargs or {}),
         )
         for c in conversations

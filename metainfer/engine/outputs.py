@@ -36,6 +36,9 @@ class CompletionOutput:
     logprobs: list[dict[int, Logprob]] | None = None
     cumulative_logprob: float | None = None  # asked for: the sum of the new tokens' logprobs
 
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
 # %% ../../nbs/engine/13c_outputs.ipynb #85f22014
 @dataclass
 class RequestOutput:
@@ -47,6 +50,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # asked for: per prompt token
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
 
 # %% ../../nbs/engine/13c_outputs.ipynb #e0f4b3d9
 class IncrementalDetokenizer:
@@ -198,4 +202,5 @@ def output(
         [out],
         seq.is_finished,
         self.prompt_logprobs,
+        seq.num_cached_tokens,
     )

@@ -195,6 +195,10 @@ async def _prompt_ids(st: ServerState, req: SamplingRequest, prompts_of) -> list
         logging.getLogger("metainfer").warning("could not tokenize a prompt", exc_info=e)
         raise OpenAIError("could not tokenize the prompt", param="prompt") from None
     if (k := req.truncate_prompt_tokens) is not None:  # (before the checks of prompt lengths)
+        if k > st.engine.max_model_len:  # (`truncated`'s check, as a 400)
+            raise OpenAIError(
+                f"truncate_prompt_tokens={k} > max_model_len", param="truncate_prompt_tokens"
+            )
         prompts = [truncated(ids, k, st.engine.max_model_len) for ids in prompts]
     return prompts
 
