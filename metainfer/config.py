@@ -6,17 +6,17 @@
 from __future__ import annotations
 import argparse
 import json
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from fastcore.basics import patch
+from .hub import model_folder
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
-           'KV_CACHE_DTYPES', 'HF_MODEL_ID', 'CHECKPOINT_FILES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig',
-           'load_model_config', 'arg', 'model_folder', 'EngineConfig', 'generation_defaults', 'generation_eos_ids',
-           'allowed_model_len', 'token_budget', 'add_engine_args', 'engine_config']
+           'KV_CACHE_DTYPES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
+           'EngineConfig', 'generation_defaults', 'generation_eos_ids', 'allowed_model_len', 'token_budget',
+           'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #8c4f85ba
 ARCHITECTURES: dict[str, str] = {
@@ -135,23 +135,6 @@ def arg(default: Any, help: str, **flag: Any) -> Any:
     `alias`)."""
     return field(default=default, metadata={"help": help, **flag})
 
-# %% ../nbs/01_config.ipynb #9b3bb063
-HF_MODEL_ID = re.compile(r"[\w.-]+/[\w.-]+")  # "org/name"
-CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
-
-
-def model_folder(model: str, revision: str | None = None) -> str:
-    """`model` as a checkpoint folder: itself, if it is one; else a Hugging Face model id's snapshot
-    in the Hugging Face cache, downloaded unless `HF_HUB_OFFLINE=1` (as vLLM takes ids)."""
-    if Path(model).is_dir() or not HF_MODEL_ID.fullmatch(model):
-        return model
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(model, revision=revision, allow_patterns=CHECKPOINT_FILES)
-    except Exception as e:
-        raise FileNotFoundError(f"{model}: no such folder, nor a model to be had: {e}") from None
-
 # %% ../nbs/01_config.ipynb #51404af3
 @dataclass
 class EngineConfig:
@@ -259,14 +242,7 @@ class EngineConfig:
             raise ValueError("nnodes > 1 needs dist_init_addr: node 0's HOST:PORT, on every node")
 
 # %% ../nbs/01_config.ipynb #b9ebdc0c
-GENERATION_DEFAULTS = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "repetition_penalty",
-    "min_p",
-    "max_new_tokens",  # (as `max_tokens`)
-)
+GENERATION_DEFAULTS = "temperature top_p top_k repetition_penalty min_p max_new_tokens".split()
 
 # %% ../nbs/01_config.ipynb #24bffecd
 def generation_defaults(config: EngineConfig) -> dict[str, Any]:
@@ -281,10 +257,8 @@ def generation_defaults(config: EngineConfig) -> dict[str, Any]:
             raise FileNotFoundError(f"--generation-config: no generation_config.json in {folder}")
         return {}
     hf = json.loads(path.read_text())
-    out = {k: hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
-    if "max_new_tokens" in out:  # (vLLM's rename)
-        out["max_tokens"] = out.pop("max_new_tokens")
-    return out
+    rename = {"max_new_tokens": "max_tokens"}  # (vLLM's)
+    return {rename.get(k, k): hf[k] for k in GENERATION_DEFAULTS if hf.get(k) is not None}
 
 # %% ../nbs/01_config.ipynb #328fb297
 def generation_eos_ids(model_dir: str | Path) -> tuple[int, ...]:

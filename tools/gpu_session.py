@@ -854,12 +854,16 @@ def stage_fp8_kv_deepseek():
 
 
 def stage_fp8_gemv():
-    """Issue 30: Qwen3-8B block-wise FP8 at B=1 with each `older_packages()` then the current one
-    (the FP8 GEMV on the tensor cores), then the GEMV probe (tools/fp8_probes/gemv_mma.py)."""
-    fp8 = fp8_checkpoint("Qwen3-8B")
-    bench_ab(f"latency {fp8} --batch-size 1", "latency-qwen3-8b-fp8-b1", 150)
-    sh(f"{PY} tools/fp8_probes/gemv_mma.py {RES / 'gemv-mma.json'}", 300)
+    """Issue 30: the FP8 GEMV on the tensor cores: the probe (tools/fp8_probes/gemv_mma.py,
+    block-wise only), then Qwen3-8B block-wise FP8 at B=1 with the current package, then each
+    `older_packages()` (the old FP8 GEMV)."""
+    sh(f"PROBE_QUICK=1 {PY} tools/fp8_probes/gemv_mma.py {RES / 'gemv-mma.json'}", 200)
     keep()
+    fp8, name = fp8_checkpoint("Qwen3-8B"), "latency-qwen3-8b-fp8-b1"
+    for at in [None, *older_packages()]:
+        bench(
+            f"latency {fp8} --batch-size 1 --name {name}-{f'at-{at.name}' if at else 'ab'}", 150, at
+        )
 
 
 if __name__ == "__main__":

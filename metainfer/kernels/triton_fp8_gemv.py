@@ -6,12 +6,12 @@
 from __future__ import annotations  # noqa: F404
 import torch
 from torch import Tensor
-from .triton_gemv import _gemv_epilogue
+from .triton_gemv import _gemv_epilogue, fp8, gemv
 from .triton_launch import cdiv, interpreting, jit, pdl, pdl_sync, tl
 from ..distributed.symm_mem_kernel import PushBuffers
 
 # %% auto #0
-__all__ = ['fp8_gemv_tiles', 'fp8_gemv']
+__all__ = ['fp8_gemv_tiles', 'fp8_gemv', 'row_gemv']
 
 # %% ../../nbs/kernels/03fb_triton_fp8_gemv.ipynb #7fb27b941602401d91542211134fc71a
 @jit
@@ -121,8 +121,13 @@ def fp8_gemv(
     push: PushBuffers | None = None,  # the peers' buffers: push the (float32) output to them too
     use_pdl: bool = True,
 ) -> Tensor:
-    "`x Wᵀ + b` for a single row and an FP8 `weight` (`gemv`'s, which calls it); `[..., N]`."
+    "`x Wᵀ + b` for a single row and an FP8 `weight`, with `gemv`'s epilogue; `[..., N]`."
     w, K, N = weight.data, x.shape[-1], weight.data.shape[0]
+    assert x.numel() == K == w.shape[1] and w.stride(1) == 1, "one row of K, [N, K] contiguous rows"
+    assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), "(gate, up) row pairs"
+    assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), (
+        "float32 partials that fit"
+    )
     group = min(weight.group, K)
     x1 = x if x.is_contiguous() else x.reshape(K).contiguous()  # read: K values from its start
     out = torch.empty(
@@ -154,3 +159,17 @@ def fp8_gemv(
         **tiles,
     )
     return out
+
+# %% ../../nbs/kernels/03fb_triton_fp8_gemv.ipynb #d3a1719d
+def row_gemv(
+    x: Tensor,
+    weight,  # a tensor or an `Fp8Weight`
+    bias: Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    act: str | None = None,
+    push: PushBuffers | None = None,
+    use_pdl: bool = True,
+) -> Tensor:
+    "One row times `weight`: `fp8_gemv` for an `Fp8Weight`, else `gemv` (what `one_gpu_row` takes)."
+    row = fp8_gemv if fp8(weight) else gemv
+    return row(x, weight, bias, out_dtype, act, push=push, use_pdl=use_pdl)

@@ -215,11 +215,10 @@ def gemv(
     use_pdl: bool = True,
 ) -> Tensor:  # the peers' buffers: push the (float32) output to them as well
     """`x Wᵀ + b` for a single row, streamed by the GEMV kernel; `[..., N]`. With `norm`, of the
-    row RMS-normalized first. An `Fp8Weight` goes to `fp8_gemv` (the tensor cores; no `norm`)."""
+    row RMS-normalized first. (An `Fp8Weight`'s row: `fp8_gemv`.)"""
     if act not in (None, "silu_and_mul"):
         raise ValueError(f"gemv has no output activation {act!r}")
-    K, N = x.shape[-1], weight.shape[0]
-    w = weight.data if fp8(weight) else weight
+    K, N, w = x.shape[-1], weight.shape[0], weight
     assert x.numel() == K == w.shape[1] and w.stride(1) == 1, "one row of K, [N, K] contiguous rows"
     assert not act or (N % 2 == 0 and out_dtype in (None, x.dtype)), (
         "(gate, up) row pairs, out in the input's dtype"
@@ -227,11 +226,7 @@ def gemv(
     assert push is None or (out_dtype == torch.float32 and not act and N <= push.max_hidden), (
         "float32 partials that fit"
     )
-    if fp8(weight):
-        assert not norm, "FP8 weights: the norm as a kernel of its own"
-        from metainfer.kernels.triton_fp8_gemv import fp8_gemv  # (it imports the epilogue here)
-
-        return fp8_gemv(x, weight, bias, out_dtype, act, push, use_pdl)
+    assert not fp8(weight), "an Fp8Weight's row: `fp8_gemv` (`row_gemv` takes either)"
     residual, norm_weight, eps = norm or (None, None, 0.0)
     assert residual is None or (residual.is_contiguous() and residual_out is not None), (
         "a contiguous residual, and its out"

@@ -13,6 +13,7 @@ from .triton_launch import cdiv, jit, next_pow2, tl
 from .triton_norms import add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul
 from .triton_gemv import fp8, gemv, one_gpu_row, prologue_norms_alike
+from .triton_fp8_gemv import row_gemv
 from ..layers.fp8 import FP8, Fp8Weight, quantize_fp8
 
 # %% auto #0
@@ -246,7 +247,7 @@ def linear(
     """`linear_ref`, then Triton's `act`; one row on a GPU (a batch-1 decode step) is one `gemv`,
     `act` in it; several rows times an `Fp8Weight` are one `fp8_gemm`."""
     if one_gpu_row(x, weight):
-        return gemv(x, weight, bias, out_dtype, act, use_pdl=use_pdl)
+        return row_gemv(x, weight, bias, out_dtype, act, use_pdl=use_pdl)
     if fp8(weight) and x.is_cuda:
         y = fp8_gemm(x, weight, bias, out_dtype)
     else:
