@@ -17,7 +17,7 @@ SHARED = {
     "top_p": 0.9,
     "n": 2,
     "stream": True,
-    "stream_options": {"include_usage": True},
+    "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     "stop": ["\n\n"],
     "seed": 1,
     "presence_penalty": 0.5,
@@ -113,6 +113,7 @@ NEEDS = {
     "guided_whitespace_pattern": {"guided_json": SCHEMA},
     "continue_final_message": {"add_generation_prompt": False},
     "best_of": {"temperature": 1.0},
+    "stream_options": {"stream": True},  # (a 400 without it, as in vLLM)
 }
 # refused with its own message rather than as unsupported
 OWN_400 = {"chat_template": "--trust-request-chat-template"}

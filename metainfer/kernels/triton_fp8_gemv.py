@@ -160,7 +160,7 @@ def fp8_gemv(
     )
     return out
 
-# %% ../../nbs/kernels/03fb_triton_fp8_gemv.ipynb #d3a1719d
+# %% ../../nbs/kernels/03fb_triton_fp8_gemv.ipynb #250a043a
 def row_gemv(
     x: Tensor,
     weight,  # a tensor or an `Fp8Weight`

@@ -146,8 +146,10 @@ def checked_token_params(req: SamplingRequest, vocab_size: int | None = None) ->
             raise OpenAIError(str(e), param="allowed_token_ids") from None
         if not 0 <= out["allowed_token_ids"].span[0] <= out["allowed_token_ids"].span[1] < V:
             raise OpenAIError(f"allowed_token_ids must be in [0, {V})", param="allowed_token_ids")
-    if any(not 0 <= t < V for t in req.stop_token_ids or ()):
-        raise OpenAIError(f"stop_token_ids must be in [0, {V})", param="stop_token_ids")
+    if (stop := req.stop_token_ids) is not None:
+        if any(not 0 <= t < V for t in stop):
+            raise OpenAIError(f"stop_token_ids must be in [0, {V})", param="stop_token_ids")
+        out["stop_token_ids"] = stop
     return out
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #cc3a2d38
