@@ -39,7 +39,6 @@ MODULES = [  # every module that defines or launches a Triton kernel (under meta
     "kernels.triton_silu",
     "kernels.triton_embedding",
     "kernels.triton_gemv",
-    "kernels.triton_fp8_gemv",
     "kernels.triton_kernels",
     "distributed.symm_mem_kernel",
     "kernels.triton_paged_kv",

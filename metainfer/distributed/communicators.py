@@ -113,7 +113,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
         self.use_pdl = use_pdl
         import torch.distributed._symmetric_memory as symm_mem
         from metainfer.distributed import symm_mem_kernel
-        from metainfer.kernels import triton_fp8_gemv, triton_gemv, triton_launch
+        from metainfer.kernels import triton_gemv, triton_launch
 
         group = group or dist.group.WORLD
         self.bufs = {
@@ -125,7 +125,7 @@ class SymmMemCommunicator(TorchDistCommunicator):
         self.group_name = group.group_name
         # the fused kernel's buffers (`push`), where Triton runs compiled
         self.push, self.fused = None, symm_mem_kernel.all_reduce_add_rms_norm
-        self.gemv, self.one_gpu_row = triton_fp8_gemv.row_gemv, triton_gemv.one_gpu_row
+        self.gemv, self.one_gpu_row = triton_gemv.gemv, triton_gemv.one_gpu_row
         if triton_launch.available() and not triton_launch.interpreting():
             rank, size = dist.get_rank(group), dist.get_world_size(group)
             buf = symm_mem.empty(

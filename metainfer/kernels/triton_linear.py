@@ -13,7 +13,6 @@ from .triton_launch import cdiv, jit, next_pow2, tl
 from .triton_norms import add_rms_norm, rms_norm
 from .triton_silu import silu_and_mul
 from .triton_gemv import fp8, gemv, one_gpu_row, prologue_norms_alike
-from .triton_fp8_gemv import row_gemv
 from ..layers.fp8 import FP8, Fp8Weight, quantize_fp8
 
 # %% auto #0
@@ -247,7 +246,7 @@ def linear(
     """`linear_ref`, then Triton's `act`; one row on a GPU (a batch-1 decode step) is one `gemv`,
     `act` in it; several rows times an `Fp8Weight` are one `fp8_gemm`."""
     if one_gpu_row(x, weight):
-        return row_gemv(x, weight, bias, out_dtype, act, use_pdl=use_pdl)
+        return gemv(x, weight, bias, out_dtype, act, use_pdl=use_pdl)
     if fp8(weight) and x.is_cuda:
         y = fp8_gemm(x, weight, bias, out_dtype)
     else:
@@ -266,11 +265,10 @@ def norm_linear(
     use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one
-    `gemv` launch with the norm in its prologue (same bits); not with FP8 weights, whose GEMV has
-    no prologue. In a graph a launch costs no host time, and the norm kernel is the faster."""
+    `gemv` launch with the norm in its prologue (same bits). In a graph a launch costs no host time,
+    and the norm kernel is the faster of the two."""
     if not (
         one_gpu_row(x, weight)
-        and not fp8(weight)
         and norm_weight.dtype == x.dtype
         and (residual is None or residual.is_contiguous())
         and prologue_norms_alike(x.shape[-1])
