@@ -29,7 +29,8 @@ def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:
     (`-1`: as many as leave room for one new token)."""
     if k > max_model_len:
         raise ValueError(f"truncate_prompt_tokens={k} is more than max_model_len={max_model_len}")
-    return ids[-(max_model_len - 1 if k == -1 else k) :]
+    keep = max_model_len - 1 if k == -1 else k
+    return ids[len(ids) - keep :] if keep else []
 
 # %% ../../nbs/engine/13d_admission.ipynb #337bdd55
 def bad_word_ids(tokenizer, words: list[str]) -> list[list[int]]:

@@ -262,8 +262,8 @@ def sampling_params(
     known = SamplingParams.__dataclass_fields__
     defaults = {k: v for k, v in (defaults or {}).items() if k in known}
     if max_tokens is None:  # (a completion's null asks for the room, as a chat's absence does)
-        sent = chat or "max_tokens" in req.model_fields_set
-        max_tokens = min(room if sent else min(16, room), defaults.get("max_tokens") or room)
+        max_tokens = room if chat or "max_tokens" in req.model_fields_set else min(16, room)
+    max_tokens = min(max_tokens, defaults.get("max_tokens") or max_tokens)  # (vLLM's cap)
     try:
         return SamplingParams(**defaults | given | dict(max_tokens=max_tokens))
     except ValueError as e:
