@@ -189,7 +189,7 @@ def main(out_path):
     t0 = time.time()
     mma_tiles = [
         dict(BLOCK_N=bn, num_warps=nw, num_stages=ns, BLOCK_K=128)
-        for bn in (16, 32)
+        for bn in (16, 32, 64)
         for nw in (1, 2, 4)
         for ns in (3, 5, 8)
     ][:NT]
