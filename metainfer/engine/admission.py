@@ -30,7 +30,7 @@ def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:
     if k > max_model_len:
         raise ValueError(f"truncate_prompt_tokens={k} is more than max_model_len={max_model_len}")
     keep = max_model_len - 1 if k == -1 else k
-    return ids[len(ids) - keep :] if keep else []
+    return ids[max(len(ids) - keep, 0) :] if keep else []
 
 # %% ../../nbs/engine/13d_admission.ipynb #337bdd55
 def bad_word_ids(tokenizer, words: list[str]) -> list[list[int]]:
