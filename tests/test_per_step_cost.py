@@ -40,8 +40,9 @@ def steps_beside(ckpt, heavy: list[SamplingParams]) -> list[float]:
 
 def test_large_fields_do_not_slow_other_requests(checkpoints):
     """A 40-token request's steps beside requests with 50k logit biases, 50k stop token ids held
-    back by `min_tokens` and 100k stop strings take at most 2x its steps beside the same requests
-    without those fields (the same batch size, so the same model work)."""
+    back by `min_tokens` and 100k stop strings take at most 1.5x its steps beside the same requests
+    without those fields (the same batch size, so the same model work). A pass over the stop strings
+    each step (their longest length, recomputed) cost 1.6-2.3x here."""
     ckpt = checkpoints("qwen3-tiny", vocab_size=151936)  # the Qwen3 tokenizer: stop strings work
     base = dict(temperature=0, max_tokens=200, ignore_eos=True)
     plain = steps_beside(ckpt, [SamplingParams(**base)] * 3)
@@ -53,7 +54,7 @@ def test_large_fields_do_not_slow_other_requests(checkpoints):
     beside = steps_beside(ckpt, [SamplingParams(**base | h) for h in heavy])
     # the lower quartile: steps slowed by other processes on a shared CPU (CI) weigh little
     q = lambda ts: statistics.quantiles(ts, n=4)[0]
-    assert q(beside) < 2 * q(plain), (q(plain), q(beside))
+    assert q(beside) < 1.5 * q(plain), (q(plain), q(beside))
 
 
 def test_logits_state_built_once_and_dropped(checkpoints):

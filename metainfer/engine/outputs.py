@@ -84,6 +84,7 @@ class StopStrings:
         self.stop, self.lengths = set(stop), {}
         for s in self.stop:
             self.lengths.setdefault(s[-1], set()).add(len(s))
+        self.longest = max(map(len, self.stop))
 
 # %% ../../nbs/engine/13c_outputs.ipynb #406bd9b0
 @patch
@@ -172,8 +173,8 @@ def output(
         # stop strings are looked for where the text is new, and not before min_tokens (as in vLLM)
         new_from, self.searched = self.searched, len(text)
         hit = None
-        if p.stop and len(ids) > p.min_tokens:
-            self.stops = self.stops or StopStrings(p.stop)
+        self.stops = self.stops or (StopStrings(p.stop) if p.stop else None)
+        if self.stops and len(ids) > p.min_tokens:
             hit = self.stops.find(text, new_from)
         if hit is not None:
             end = hit[0] + (len(hit[1]) if p.include_stop_str_in_output else 0)
@@ -182,8 +183,8 @@ def output(
             if not seq.is_finished:
                 finish(seq, "stop")
             seq.finish_reason = "stop"  # also when the length limit came in the same step
-        elif p.stop and not seq.is_finished and not p.include_stop_str_in_output:
-            hold = max(map(len, p.stop)) - 1  # a stop string may still begin in the last characters
+        elif self.stops and not seq.is_finished and not p.include_stop_str_in_output:
+            hold = self.stops.longest - 1  # a stop string may still begin in the last characters
             text = text[: max(0, len(text) - hold)]
     asked = self.logprobs is not None
     out = CompletionOutput(
