@@ -12,7 +12,8 @@ from ..config import EngineConfig, ModelConfig, token_budget
 from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
 from ..layers.attention import KVPool, make_metadata, to_device
-from ..models.loader import load_weights, use_fp8_weights
+from ..models.loader import Checkpoint, load_weights, use_fp8_weights
+from ..models.kv_scales import read_kv_scales, use_kv_scales
 from ..kernels.triton_linear import prepare_fp8_gemms
 from .scheduler import ScheduledBatch
 from .step_input import StepInput, step_input, fill_pending
@@ -45,7 +46,9 @@ class ModelRunner:
         if self.device.type == "cuda":  # Triton launches and events use the current device
             torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)
-        self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, self.dtype, self.device)
+        self.kv_dtype = resolve_kv_dtype(
+            config.kv_cache_dtype, self.dtype, self.device, model_config.hf
+        )
         self.block_size, self.max_model_len = config.block_size, max_model_len
         self.backend = select_backend(
             self.device, config.kernel_backend, config.attention_backend, config.pdl
@@ -76,6 +79,7 @@ def _load_model(self: ModelRunner) -> None:
         self.model = model(model_config, self.tp, self.backend).eval()
     scheme = use_fp8_weights(self.model, config.model, model_config.hf, config.quantization)
     load_weights(self.model, config.model, self.tp.rank == 0, scheme)
+    use_kv_scales(self.model, read_kv_scales(Checkpoint(config.model)), self.kv_dtype)
     if scheme is not None and self.device.type == "cuda":
         prepare_fp8_gemms(self.model, self.device)
     self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from ..config import ModelConfig
 from ..layers.attention import kv_cache_dtype
+from ..models.kv_scales import checkpoint_kv_cache_dtype
 
 # %% auto #0
 __all__ = ['log', 'MODEL_CLASSES', 'show_startup_log', 'model_class', 'resolve_device', 'resolve_dtype', 'resolve_kv_dtype',
@@ -66,11 +67,19 @@ def resolve_dtype(dtype: str, model_config: ModelConfig, device: torch.device) -
     return getattr(torch, dtype)
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #7effb2e1
-def resolve_kv_dtype(name: str, dtype: torch.dtype, device: torch.device) -> torch.dtype:
-    """The KV pool's dtype for `kv_cache_dtype` `name` and the model's `dtype`. FP8 pools need a GPU
-    that converts FP8 (compute capability 8.9 or later: Ada, Hopper) or the CPU."""
-    kv, gpu = kv_cache_dtype(name, dtype), device.type == "cuda"
-    if kv.itemsize == 1 and gpu and torch.cuda.get_device_capability(device) < (8, 9):
+def resolve_kv_dtype(
+    name: str, dtype: torch.dtype, device: torch.device, hf: dict | None = None
+) -> torch.dtype:
+    """The KV pool's dtype for `kv_cache_dtype` `name` and the model's `dtype`: `auto` is the
+    model's, or FP8 for a checkpoint (`hf`: its config.json) calibrated for an FP8 cache, as in
+    vLLM. FP8 pools need a GPU that converts FP8 (compute capability 8.9 or later: Ada, Hopper) or
+    the CPU."""
+    fp8_ok = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 9)
+    if checkpoint_kv_cache_dtype(hf or {}) and name == "auto":
+        name = "fp8" if fp8_ok else name
+        log.info(f"the checkpoint has a kv_cache_scheme: {name} KV cache")
+    kv = kv_cache_dtype(name, dtype)
+    if kv.itemsize == 1 and not fp8_ok:
         raise ValueError(f"kv_cache_dtype {name!r} needs compute capability >= 8.9 (Ada, Hopper)")
     return kv
 

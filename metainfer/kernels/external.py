@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import torch
 from torch import Tensor
-from ..layers.attention import AttentionMetadata
+from ..layers.attention import AttentionMetadata, KVScale
 from .elementwise import Rope, TorchKernels, embedding_ref, silu_and_mul_ref
 from .triton_embedding import embedding as triton_embedding
 from .triton_silu import silu_and_mul as triton_silu_and_mul
@@ -92,9 +92,10 @@ def decode(
     meta: AttentionMetadata,
     scale: float,
     rope: Rope | None = None,
+    kv_scale: KVScale = KVScale(),
 ) -> Tensor:
-    if not self.supports(q, k_cache):
-        return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale, rope)
+    if not self.supports(q, k_cache):  # an FP8 pool, the only kind with scales, among them
+        return self.fallback.decode(q, k, v, k_cache, v_cache, meta, scale, rope, kv_scale)
     if rope is not None:
         q, k = rope(q, k)
     self.store_kv(

@@ -9,7 +9,7 @@ import inspect
 import torch
 from torch import Tensor
 from fastcore.basics import patch
-from ..layers.attention import AttentionMetadata
+from ..layers.attention import AttentionMetadata, KVScale
 from .elementwise import Rope
 from .triton_launch import available
 from .triton_paged_kv import store_kv
@@ -135,8 +135,9 @@ def store_kv(
     k_cache: Tensor,
     v_cache: Tensor,
     slot_mapping: Tensor,
+    kv_scale: KVScale = KVScale(),
 ) -> None:
-    store_kv(k, v, k_cache, v_cache, slot_mapping, use_pdl=self.use_pdl)
+    store_kv(k, v, k_cache, v_cache, slot_mapping, kv_scale, use_pdl=self.use_pdl)
 
 # %% ../../nbs/kernels/07f_triton_attention.ipynb #1a06607c
 class VarlenTritonAttention(TritonAttention):
@@ -158,7 +159,10 @@ def decode(
     meta: AttentionMetadata,
     scale: float,
     rope: Rope | None = None,
+    kv_scale: KVScale = KVScale(),
 ) -> Tensor:
     """Rotate `q`/`k`, store the step's one `k`/`v` per sequence and attend its query to its
     whole context: one launch."""
-    return paged_decode(q, k, v, k_cache, v_cache, meta, scale, rope, use_pdl=self.use_pdl)
+    return paged_decode(
+        q, k, v, k_cache, v_cache, meta, scale, rope, kv_scale, use_pdl=self.use_pdl
+    )

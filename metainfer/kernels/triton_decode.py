@@ -6,7 +6,7 @@
 from __future__ import annotations  # noqa: F404
 import torch
 from torch import Tensor
-from ..layers.attention import AttentionMetadata
+from ..layers.attention import AttentionMetadata, KVScale
 from .elementwise import Rope
 from .triton_launch import next_pow2, pdl
 from .triton_paged_kv import _block_d, _cache_strides
@@ -27,6 +27,7 @@ def paged_decode(
     meta: AttentionMetadata,
     scale: float,
     rope: Rope | None = None,  # rotate (and norm) q and k on the way in
+    kv_scale: KVScale = KVScale(),  # the pools hold k / kv_scale.k and v / kv_scale.v
     num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
     min_split: int = 32,  # fewest tokens per piece (rounded up to `block_n`)
     block_n: int | None = None,  # cached tokens per K/V tile (None: 64 for a full batch, else 32)
@@ -85,6 +86,8 @@ def paged_decode(
         cos_sin_stride,
         r.eps,
         scale * LOG2E,
+        1.0 / kv_scale.k,
+        1.0 / kv_scale.v,
         H,
         Hk,
         S,

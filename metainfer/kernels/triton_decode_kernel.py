@@ -81,6 +81,8 @@ def _decode_kernel(
     stride_cos_sin,
     eps,
     qk_scale,
+    inv_k_scale,
+    inv_v_scale,
     n_heads,
     n_kv_heads,
     num_splits,
@@ -218,7 +220,8 @@ def _decode_kernel(
         v = tl.load(v_ptr + seq * stride_vb + kv_head * stride_vh + d, mask=dm, other=0.0)
         slot = tl.load(slot_ptr + seq).to(tl.int64)
         dst = (slot // PAGE) * stride_cb + (slot % PAGE) * stride_ct + kv_head * stride_ch + d
-        k, v = _to_cache(k, k_cache_ptr), _to_cache(v, v_cache_ptr)  # as the pools hold them
+        # as the pools hold them
+        k, v = _to_cache(k, k_cache_ptr, inv_k_scale), _to_cache(v, v_cache_ptr, inv_v_scale)
         tl.store(k_cache_ptr + dst, k, mask=dm)
         tl.store(v_cache_ptr + dst, v, mask=dm)
         s = tl.sum(q.to(tl.float32) * k.to(tl.float32)[None, :], 1) * qk_scale  # [BLOCK_G], base 2

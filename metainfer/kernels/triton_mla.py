@@ -35,6 +35,7 @@ def _store_latent_kernel(
     stride_cb,
     stride_ct,
     eps,
+    inv_scale,
     R: tl.constexpr,
     DR: tl.constexpr,
     PAGE: tl.constexpr,
@@ -44,7 +45,7 @@ def _store_latent_kernel(
     PDL: tl.constexpr,
 ):
     """Token `t`'s latent `[c | k_pe]` into its slot of the paged latent cache (`NORM`: `c` RMS-
-    normalized on the way)."""
+    normalized on the way), times `inv_scale`."""
     t = tl.program_id(0).to(tl.int64)
     pdl_sync(PDL)
     slot = tl.load(slot_ptr + t).to(tl.int64)
@@ -58,9 +59,9 @@ def _store_latent_kernel(
         normed = (cf * (1.0 / tl.sqrt(tl.sum(cf * cf, 0) / R + eps))).to(c.dtype).to(tl.float32)
         w = tl.load(w_ptr + r, mask=r < R, other=0.0).to(tl.float32)
         c = (normed * w).to(c.dtype)  # rounded as `rms_norm` returns it, before an FP8 pool's cast
-    tl.store(dst + r, _to_cache(c, cache_ptr), mask=r < R)
+    tl.store(dst + r, _to_cache(c, cache_ptr, inv_scale), mask=r < R)
     k_pe = tl.load(k_pe_ptr + t * stride_k + dr, mask=dr < DR)
-    tl.store(dst + R + dr, _to_cache(k_pe, cache_ptr), mask=dr < DR)
+    tl.store(dst + R + dr, _to_cache(k_pe, cache_ptr, inv_scale), mask=dr < DR)
 
 # %% ../../nbs/kernels/09g_triton_mla.ipynb #149ffb55
 def store_latent(
@@ -69,6 +70,7 @@ def store_latent(
     latent_cache: Tensor,
     slot_mapping: Tensor,
     c_norm: tuple[Tensor, float] | None = None,
+    scale: float = 1.0,
     use_pdl: bool = True,
 ) -> None:
     "As `TorchMLA.store_latent`, in one launch (no concatenation, no scatter, the norm included)."
@@ -86,6 +88,7 @@ def store_latent(
         latent_cache.stride(0),
         latent_cache.stride(1),
         eps,
+        1.0 / scale,
         R=R,
         DR=DR,
         PAGE=latent_cache.shape[1],
@@ -209,8 +212,9 @@ def store_latent(
     latent_cache: Tensor,
     slot_mapping: Tensor,
     c_norm: tuple[Tensor, float] | None = None,
+    scale: float = 1.0,
 ) -> None:
-    store_latent(c, k_pe, latent_cache, slot_mapping, c_norm, use_pdl=self.use_pdl)
+    store_latent(c, k_pe, latent_cache, slot_mapping, c_norm, scale, use_pdl=self.use_pdl)
 
 # %% ../../nbs/kernels/09g_triton_mla.ipynb #1014ec6b
 @patch

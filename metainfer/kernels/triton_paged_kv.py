@@ -5,6 +5,7 @@
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #3efacd1b
 from __future__ import annotations  # noqa: F404
 from torch import Tensor
+from ..layers.attention import KVScale
 from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
 
 # %% auto #0
@@ -12,11 +13,13 @@ __all__ = ['store_kv']
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #a66cd488
 @jit
-def _to_cache(x, cache_ptr):
-    "`x` as the pool at `cache_ptr` stores it (`to_cache`): FP8 saturated at ±448, else cast."
+def _to_cache(x, cache_ptr, inv_scale):
+    """`x / scale` as the pool at `cache_ptr` stores it (`to_cache`; `inv_scale` is `1 / scale` in
+    float32): FP8 saturated at ±448, else cast."""
     dtype = cache_ptr.dtype.element_ty
+    x = x.to(tl.float32) * inv_scale
     if dtype.is_fp8():
-        x = tl.minimum(tl.maximum(x.to(tl.float32), -448.0), 448.0)
+        x = tl.minimum(tl.maximum(x, -448.0), 448.0)
     return x.to(dtype)
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #c006
@@ -35,6 +38,8 @@ def _store_kv_kernel(
     stride_ct,
     stride_ch,
     n_kv_heads,
+    inv_k_scale,
+    inv_v_scale,
     PAGE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -51,8 +56,8 @@ def _store_kv_kernel(
     )
     k = tl.load(k_ptr + t * stride_kt + h[:, None] * stride_kh + d[None, :], mask=mask)
     v = tl.load(v_ptr + t * stride_vt + h[:, None] * stride_vh + d[None, :], mask=mask)
-    tl.store(k_cache_ptr + dst, _to_cache(k, k_cache_ptr), mask=mask)
-    tl.store(v_cache_ptr + dst, _to_cache(v, v_cache_ptr), mask=mask)
+    tl.store(k_cache_ptr + dst, _to_cache(k, k_cache_ptr, inv_k_scale), mask=mask)
+    tl.store(v_cache_ptr + dst, _to_cache(v, v_cache_ptr, inv_v_scale), mask=mask)
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #3910b315
 def _cache_strides(k_cache: Tensor, v_cache: Tensor) -> tuple[int, int, int]:
@@ -73,6 +78,7 @@ def store_kv(
     k_cache: Tensor,  # [num_blocks, PAGE, Hk, D]
     v_cache: Tensor,  # [num_blocks, PAGE, Hk, D]
     slot_mapping: Tensor,  # [T] int64: block * PAGE + offset
+    kv_scale: KVScale = KVScale(),  # the pools hold k / kv_scale.k and v / kv_scale.v
     use_pdl: bool = True,
 ) -> None:
     "Write the step's keys and values to their slots in the pools."
@@ -91,6 +97,8 @@ def store_kv(
         v.stride(1),
         *_cache_strides(k_cache, v_cache),
         Hk,
+        1.0 / kv_scale.k,
+        1.0 / kv_scale.v,
         PAGE=k_cache.shape[1],
         HEAD_DIM=D,
         BLOCK_H=next_pow2(Hk),

@@ -5,6 +5,7 @@
 # %% ../../nbs/layers/07_attention.ipynb #04ff625e
 from __future__ import annotations
 from dataclasses import dataclass
+from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
@@ -13,7 +14,7 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['BATCH_BUCKETS', 'KV_POOL_DTYPES', 'AttentionMetadata', 'batch_bucket', 'to_device', 'make_metadata', 'KVPool',
-           'kv_cache_dtype', 'to_cache', 'gather_kv', 'TorchAttention', 'Attention']
+           'kv_cache_dtype', 'KVScale', 'to_cache', 'gather_kv', 'TorchAttention', 'Attention']
 
 # %% ../../nbs/layers/07_attention.ipynb #a470478e
 @dataclass
@@ -148,8 +149,20 @@ def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
     return model_dtype if name == "auto" else KV_POOL_DTYPES[name]
 
 # %% ../../nbs/layers/07_attention.ipynb #eadd14d7
-def to_cache(x: Tensor, dtype: torch.dtype) -> Tensor:
-    "`x` as a pool of `dtype` stores it: in FP8 (one byte), saturated at its largest value."
+class KVScale(NamedTuple):
+    """A layer's per-tensor KV scales: the pool holds `k / k` and `v / v`. Only FP8 pools have
+    scales other than 1.0 (vLLM's default); every prefill reads such a pool back, never the step's
+    own K/V."""
+
+    k: float = 1.0
+    v: float = 1.0
+
+# %% ../../nbs/layers/07_attention.ipynb #fa143b5a
+def to_cache(x: Tensor, dtype: torch.dtype, scale: float = 1.0) -> Tensor:
+    """`x / scale` as a pool of `dtype` stores it: in FP8 (one byte), saturated at its largest
+    value. Multiplied by the float32 inverse, as the Triton stores do, so both round alike."""
+    if scale != 1.0:
+        x = x.float() * (1.0 / scale)
     if dtype.itemsize != 1:
         return x.to(dtype)
     big = torch.finfo(dtype).max
@@ -169,10 +182,15 @@ class TorchAttention:
 
     @staticmethod
     def store_kv(
-        k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor
+        k: Tensor,
+        v: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        slot_mapping: Tensor,
+        kv_scale: KVScale = KVScale(),
     ) -> None:
-        k_cache.view(-1, *k.shape[1:])[slot_mapping] = to_cache(k, k_cache.dtype)
-        v_cache.view(-1, *v.shape[1:])[slot_mapping] = to_cache(v, v_cache.dtype)
+        k_cache.view(-1, *k.shape[1:])[slot_mapping] = to_cache(k, k_cache.dtype, kv_scale.k)
+        v_cache.view(-1, *v.shape[1:])[slot_mapping] = to_cache(v, v_cache.dtype, kv_scale.v)
 
     @staticmethod
     def prefill(
@@ -210,12 +228,13 @@ class TorchAttention:
         meta: AttentionMetadata,
         scale: float,
         rope: Rope | None = None,
+        kv_scale: KVScale = KVScale(),
     ) -> Tensor:
-        """Rotate `q`/`k` by `rope` if given, store each sequence's one new `k`/`v`, then attend its
-        query to its whole context."""
+        """Rotate `q`/`k` by `rope` if given, store each sequence's one new `k`/`v` (`kv_scale`:
+        the pool's scales), then attend its query to its whole context."""
         if rope is not None:
             q, k = rope(q, k)
-        TorchAttention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        TorchAttention.store_kv(k, v, k_cache, v_cache, meta.slot_mapping, kv_scale)
         # [B, Hk, L, D]
         k, v = (
             c[meta.block_tables.long()].flatten(1, 2).transpose(1, 2).to(q.dtype)
@@ -247,6 +266,7 @@ class Attention(nn.Module):
         self.head_dim, self.scale = head_dim, scale
         self.kernels = kernels
         self.k_cache = self.v_cache = None
+        self.kv_scale = KVScale()  # a calibrated checkpoint's, with an FP8 pool
 
 # %% ../../nbs/layers/07_attention.ipynb #238d38a5
 @patch
@@ -264,9 +284,12 @@ def forward(
     rope: Rope | None = None,
 ) -> Tensor:
     "`q` `[T, H, D]`, `k`/`v` `[T, Hk, D]` (before `rope`, if given) -> `[T, H, D]`."
+    s, kc, vc = self.kv_scale, self.k_cache, self.v_cache
     if not meta.is_prefill:
-        return self.kernels.decode(q, k, v, self.k_cache, self.v_cache, meta, self.scale, rope)
-    if rope is not None:
-        q, k = rope(q, k)
-    self.kernels.store_kv(k, v, self.k_cache, self.v_cache, meta.slot_mapping)
-    return self.kernels.prefill(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        out = self.kernels.decode(q, k, v, kc, vc, meta, self.scale * s.k, rope, s)
+    else:
+        if rope is not None:
+            q, k = rope(q, k)
+        self.kernels.store_kv(k, v, kc, vc, meta.slot_mapping, s)
+        out = self.kernels.prefill(q, k, v, kc, vc, meta, self.scale * s.k)
+    return out if s.v == 1.0 else out * s.v

@@ -99,8 +99,10 @@ def _block_fp8(qc: dict) -> Fp8Scheme:
     return Fp8Scheme("fp8", int(block[0]), int(block[1]))
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8022
-def _compressed_tensors(qc: dict) -> Fp8Scheme:
-    groups = list(qc.get("config_groups", {}).values())
+def _compressed_tensors(qc: dict) -> Fp8Scheme | None:
+    groups = list((qc.get("config_groups") or {}).values())
+    if not groups:  # a KV-cache scheme alone (the kv_scales page): the weights are dense
+        return None
     if qc.get("format") != "float-quantized" or len({str(g.get("weights")) for g in groups}) != 1:
         raise ValueError(f"compressed-tensors: one float-quantized FP8 scheme is read, not {qc}")
     w, act = groups[0]["weights"], groups[0].get("input_activations")

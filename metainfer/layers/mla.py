@@ -16,7 +16,7 @@ from metainfer.layers.linear import (
     MergedColumnParallelLinear,
     RowParallelLinear,
 )
-from .attention import AttentionMetadata, gather_kv, to_cache
+from .attention import AttentionMetadata, KVScale, gather_kv, to_cache
 from .yarn import mla_rotary, mla_softmax_scale
 from .yarn import yarn_attention_factor, yarn_get_mscale, yarn_inv_freq  # noqa: F401
 
@@ -36,12 +36,14 @@ class TorchMLA:
         latent_cache: Tensor,
         slot_mapping: Tensor,
         c_norm: tuple[Tensor, float] | None = None,
+        scale: float = 1.0,
     ) -> None:
         """Latents `[c | k_pe]` (`[T, r]`, `[T, dr]`) into `latent_cache` `[blocks, block_size, 1,
-        r+dr]` at `slot_mapping`; `c_norm` `(weight, eps)`: RMSNorm `c` first."""
+        r+dr]` at `slot_mapping`, divided by `scale`; `c_norm` `(weight, eps)`: RMSNorm `c`
+        first."""
         if c_norm is not None:
             c = rms_norm_ref(c, *c_norm)
-        latent = to_cache(torch.cat([c, k_pe], -1), latent_cache.dtype)  # FP8: saturated
+        latent = to_cache(torch.cat([c, k_pe], -1), latent_cache.dtype, scale)  # FP8: saturated
         latent_cache.view(-1, latent_cache.shape[-1])[slot_mapping] = latent
 
     @staticmethod
@@ -118,6 +120,9 @@ class LatentAttention(nn.Module):
         self.num_heads, self.kv_lora_rank, self.scale = num_heads, kv_lora_rank, scale
         self.head_dim = kv_lora_rank + qk_rope_head_dim
         self.latent_cache = None
+        # a calibrated checkpoint's, with an FP8 pool: the latent is key and value, so it has one
+        # scale, `k` (vLLM's reading too)
+        self.kv_scale = KVScale()
 
 # %% ../../nbs/layers/09a_mla.ipynb #34c72308
 @patch
@@ -142,9 +147,11 @@ def forward(
     w_uk, w_uv = w_kv_b.view(self.num_heads, -1, self.kv_lora_rank).split(
         [dn, w_kv_b.shape[0] // self.num_heads - dn], 1
     )
-    self.kernels.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping, c_norm)
+    s = self.kv_scale.k  # scores and outputs are linear in the latent: it folds in as a dense one
+    self.kernels.store_latent(c, k_pe, self.latent_cache, meta.slot_mapping, c_norm, s)
     kernel = self.kernels.prefill if meta.is_prefill else self.kernels.decode
-    return kernel(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale)
+    out = kernel(q_nope, q_pe, self.latent_cache, w_uk, w_uv, meta, self.scale * s)
+    return out if s == 1.0 else out * s
 
 # %% ../../nbs/layers/09a_mla.ipynb #e4ce164d
 class MLA(nn.Module):

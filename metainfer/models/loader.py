@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from ..layers.linear import default_weight_loader, shape_of
 import logging
 from fastcore.basics import patch
+from .kv_scales import is_attention_scale
 from metainfer.layers.fp8 import (
     FP8,
     Fp8Scheme,
@@ -103,7 +104,7 @@ def fp8_parameters(model: nn.Module, ckpt: Checkpoint) -> set[str]:
     "The parameters whose every checkpoint tensor is stored in FP8 (with scales)."
     parts: dict[str, set[bool]] = {}
     for name in ckpt.where:
-        if not name.endswith(Checkpoint.SCALES):
+        if not (name.endswith(Checkpoint.SCALES) or is_attention_scale(name)):
             target = checkpoint_route(model, name)[0]
             parts.setdefault(target, set()).add(ckpt.scale_of(name) is not None)
     return {target for target, fp8 in parts.items() if fp8 == {True}}
@@ -140,7 +141,12 @@ def load_weights(
     params = dict(model.named_parameters())
     skip = getattr(model, "skip_checkpoint_keys", lambda name: False)
     loaded, ckpt = set(), Checkpoint(model_dir)
-    names = [n for n in ckpt.where if not (skip(n) or n.endswith(Checkpoint.SCALES))]
+    # a weight's FP8 scales load with it; the KV cache's are `read_kv_scales`' (the kv_scales page)
+    names = [
+        n
+        for n in ckpt.where
+        if not (skip(n) or n.endswith(Checkpoint.SCALES) or is_attention_scale(n))
+    ]
     for name in tqdm(names, desc="loading weights", unit="tensor", disable=not progress):
         target, args = checkpoint_route(model, name)
         if target not in params:
