@@ -25,9 +25,12 @@ def text_content(message: dict) -> dict:
     parts = message.get("content")
     if not isinstance(parts, list):
         return message
-    if any(not isinstance(p, dict) or p.get("type") != "text" for p in parts):
+    if any(
+        not isinstance(p, dict) or (p.get("type"), type(p.get("text"))) != ("text", str)
+        for p in parts
+    ):
         raise ValueError("only text content parts are supported")
-    return message | {"content": "\n".join(p.get("text") or "" for p in parts)}
+    return message | {"content": "\n".join(p["text"] for p in parts)}
 
 
 def chat_token_ids(

@@ -8,7 +8,7 @@ import json
 import logging
 from typing import Any
 import jinja2
-from ...engine.llm import chat_token_ids
+from ...engine.llm import chat_token_ids, text_content
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     declared,
@@ -64,11 +64,13 @@ def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #3175ee2c
 def message_text(m: ChatMessage) -> str:
-    if not isinstance(m.content, list):
-        return m.content or ""
-    if any(part.type != "text" or part.text is None for part in m.content):
-        raise OpenAIError("only text content parts are supported", param="messages")
-    return "\n".join(part.text for part in m.content)
+    """A message's content as one string, by `text_content`'s rule (text parts joined by newlines);
+    any other part is a 400."""
+    parts = [p.model_dump() for p in m.content] if isinstance(m.content, list) else m.content
+    try:
+        return text_content({"content": parts})["content"] or ""
+    except ValueError as e:
+        raise OpenAIError(str(e), param="messages") from None
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #0fd080a3
 def json_or_text(s: str) -> Any:
