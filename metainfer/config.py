@@ -126,8 +126,9 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
 # vLLM's --dtype names -> ours
 DTYPES = {"auto": "auto", "half": "float16", "float16": "float16", "bfloat16": "bfloat16"}
 DTYPES |= {"float": "float32", "float32": "float32"}
-# vLLM's --kv-cache-dtype names: auto (the model's dtype) or FP8 e4m3 (either name)
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
+# vLLM's --kv-cache-dtype names: auto (the model's dtype, or FP8 for a checkpoint calibrated for
+# it), bfloat16, or FP8 e4m3 (either name)
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 
 # %% ../nbs/01_config.ipynb #6020d5ff
 def arg(default: Any, help: str, **flag: Any) -> Any:
@@ -157,7 +158,8 @@ class EngineConfig:
     block_size: int = arg(16, "tokens per KV block")
     kv_cache_dtype: str = arg(
         "auto",
-        "auto: K/V cached in the model's dtype; fp8 (= fp8_e4m3): in FP8 e4m3, a byte a value",
+        "auto: K/V cached in the model's dtype (FP8 for a checkpoint calibrated for it); "
+        "fp8 (= fp8_e4m3): in FP8 e4m3, a byte a value",
         choices=KV_CACHE_DTYPES,
     )
     num_kv_blocks: int | None = arg(None, "KV pool size in blocks (default: from memory)")

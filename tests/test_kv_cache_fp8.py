@@ -159,12 +159,18 @@ def test_checkpoint_kv_scales(arch, hf_models, tmp_path):
     print(f"{arch}, calibrated scales: {identical} of {len(ids)} identical")
     assert identical >= 7, identical
     assert run(arch, ids[:2], tp=2, kv="auto", path=path) == ours[:2]
+    with LLM(path, dtype="float32", device="cpu", kv_cache_dtype="bfloat16") as llm:  # opted out
+        runner = llm.llm_engine.runner
+        assert runner.kv_dtype == torch.bfloat16
+        assert all(a.kv_scale == KVScale() for a in runner.model.attention_layers())
 
 
 def test_kv_cache_dtype_flag():
     parser = add_engine_args(argparse.ArgumentParser())
     args = parser.parse_args(["--kv-cache-dtype", "fp8_e4m3"])
     assert engine_config(args, "m").kv_cache_dtype == "fp8_e4m3"
+    args = parser.parse_args(["--kv-cache-dtype", "bfloat16"])
+    assert engine_config(args, "m").kv_cache_dtype == "bfloat16"
     with pytest.raises(SystemExit):
         parser.parse_args(["--kv-cache-dtype", "int8"])
     with pytest.raises(ValueError, match="kv_cache_dtype"):

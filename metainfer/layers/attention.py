@@ -141,7 +141,11 @@ def layer(self: KVPool, i: int) -> tuple[Tensor, ...]:
 
 # %% ../../nbs/layers/07_attention.ipynb #19c7b90e
 # `EngineConfig.kv_cache_dtype` -> the pool's dtype
-KV_POOL_DTYPES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn}
+KV_POOL_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "fp8": torch.float8_e4m3fn,
+    "fp8_e4m3": torch.float8_e4m3fn,
+}
 
 # %% ../../nbs/layers/07_attention.ipynb #dbed9abb
 def kv_cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
