@@ -159,7 +159,7 @@ class EngineConfig:
     kv_cache_dtype: str = arg(
         "auto",
         "auto: K/V cached in the model's dtype (FP8 for a checkpoint calibrated for it); "
-        "fp8 (= fp8_e4m3): in FP8 e4m3, a byte a value",
+        "bfloat16: in bf16; fp8 (= fp8_e4m3): in FP8 e4m3, a byte a value",
         choices=KV_CACHE_DTYPES,
     )
     num_kv_blocks: int | None = arg(None, "KV pool size in blocks (default: from memory)")

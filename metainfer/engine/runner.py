@@ -13,7 +13,7 @@ from ..kernels.registry import select_backend
 from ..distributed.parallel import ParallelInfo
 from ..layers.attention import KVPool, make_metadata, to_device
 from ..models.loader import Checkpoint, load_weights, use_fp8_weights
-from ..models.kv_scales import read_kv_scales, use_kv_scales
+from ..models.kv_scales import checkpoint_kv_cache_dtype, read_kv_scales, use_kv_scales
 from ..kernels.triton_linear import prepare_fp8_gemms
 from .scheduler import ScheduledBatch
 from .step_input import StepInput, step_input, fill_pending
@@ -79,7 +79,10 @@ def _load_model(self: ModelRunner) -> None:
         self.model = model(model_config, self.tp, self.backend).eval()
     scheme = use_fp8_weights(self.model, config.model, model_config.hf, config.quantization)
     load_weights(self.model, config.model, self.tp.rank == 0, scheme)
-    use_kv_scales(self.model, read_kv_scales(Checkpoint(config.model)), self.kv_dtype)
+    if self.kv_dtype.itemsize == 1:  # only an FP8 pool uses a checkpoint's KV-cache scales
+        skip = getattr(self.model, "skip_checkpoint_keys", lambda name: False)
+        scales = read_kv_scales(Checkpoint(config.model), skip)
+        use_kv_scales(self.model, scales, checkpoint_kv_cache_dtype(model_config.hf) is not None)
     if scheme is not None and self.device.type == "cuda":
         prepare_fp8_gemms(self.model, self.device)
     self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())

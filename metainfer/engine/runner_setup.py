@@ -75,7 +75,7 @@ def resolve_kv_dtype(
     vLLM. FP8 pools need a GPU that converts FP8 (compute capability 8.9 or later: Ada, Hopper) or
     the CPU."""
     fp8_ok = device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 9)
-    if checkpoint_kv_cache_dtype(hf or {}) and name == "auto":
+    if name == "auto" and checkpoint_kv_cache_dtype(hf or {}):
         name = "fp8" if fp8_ok else name
         log.info(f"the checkpoint has a kv_cache_scheme: {name} KV cache")
     kv = kv_cache_dtype(name, dtype)

@@ -130,8 +130,8 @@ def fp8_scheme(hf: dict, quantization: str | None = None) -> Fp8Scheme | None:
         raise ValueError(f"quantization={quantization!r} for a {method} checkpoint")
     if method == "fp8":
         return _block_fp8(qc)
-    if method == "compressed-tensors":
-        return _compressed_tensors(qc)
+    if method == "compressed-tensors":  # (dense weights beside a KV-cache scheme: fp8 quantizes)
+        return _compressed_tensors(qc) or fp8_scheme({}, "fp8" if quantization == "fp8" else None)
     raise ValueError(f"quantization method {method!r} is not supported (fp8, compressed-tensors)")
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8029

@@ -70,12 +70,13 @@ def is_attention_scale(name: str) -> bool:
     return kv_scale_part(name) is not None or name.endswith(UNUSED_SCALE_NAMES)
 
 # %% ../../nbs/models/07_kv_scales.ipynb #3ed186c9a28b402fb0bc4494df01f08d
-def read_kv_scales(ckpt) -> dict[int, KVScale]:
+def read_kv_scales(ckpt, skip=lambda name: False) -> dict[int, KVScale]:
     """Each layer's `KVScale` in `ckpt` (a loader `Checkpoint`): one positive number per tensor,
-    both K's and V's for a layer (or one `kv_scale` for the two)."""
+    both K's and V's for a layer (or one `kv_scale` for the two); `skip`: names the model does not
+    load (its `skip_checkpoint_keys`: DeepSeek's MTP layers)."""
     parts: dict[int, dict[str, float]] = {}
     for name, handle in ckpt.where.items():
-        if (hit := kv_scale_part(name)) is None:
+        if (hit := kv_scale_part(name)) is None or skip(name):
             continue
         t = handle.get_tensor(name)
         if t.numel() != 1:
@@ -91,13 +92,13 @@ def read_kv_scales(ckpt) -> dict[int, KVScale]:
     return {i: KVScale(p["k"], p["v"]) for i, p in sorted(parts.items())}
 
 # %% ../../nbs/models/07_kv_scales.ipynb #1671c31a24314836a5b85d7ef7fbf015
-def use_kv_scales(model: nn.Module, scales: dict[int, KVScale], pool_dtype: torch.dtype) -> int:
-    """Give `model`'s attention layers the checkpoint's `scales` if the KV pool (`pool_dtype`) is
-    FP8; returns how many layers took them."""
-    fp8 = pool_dtype.itemsize == 1
-    if not (scales and fp8):
-        if scales:
-            log.info(f"the checkpoint's KV-cache scales are not used: the KV pool is {pool_dtype}")
+def use_kv_scales(model: nn.Module, scales: dict[int, KVScale], declared: bool = False) -> int:
+    """Give `model`'s attention layers (over an FP8 pool) the checkpoint's `scales`; returns how
+    many took them. `declared`: the config has a `kv_cache_scheme`, so finding none is a warning
+    (vLLM's too: the pool then stores values unscaled)."""
+    if not scales:
+        if declared:
+            log.warning("the checkpoint has a kv_cache_scheme but no KV-cache scales: 1.0 is used")
         return 0
     layers = model.attention_layers()
     if sorted(scales) != list(range(len(layers))):
