@@ -205,3 +205,11 @@ def test_generation_config_eos_ids_end_a_sequence(checkpoints, tmp_path):
         params = SamplingParams(temperature=0, max_tokens=8)
         out = llm.generate("hello", params, use_tqdm=False)[0].outputs[0]
     assert out.token_ids == ids[: ids.index(ids[3]) + 1] and out.finish_reason == "stop"
+
+
+def test_num_cached_tokens_reported_on_final_outputs(llm):
+    """Each output reports the prompt tokens its request found in the prefix cache at admission,
+    the final one included (as vLLM: freeing the blocks used to zero the count first)."""
+    ids = list(range(1, 44))  # 43 tokens: two full 16-token blocks a second run can hit
+    first, second = (llm.generate([ids], greedy(max_tokens=2), use_tqdm=False)[0] for _ in "ab")
+    assert (first.num_cached_tokens, second.num_cached_tokens) == (0, 32)

@@ -91,6 +91,7 @@ def allocate(self: BlockManager, seq: Sequence) -> None:
     # (hits would skip prompt logits)
     h, hitting = None, self.enable_prefix_caching and not seq.prompt_logprobs_due
     self.num_cache_query_tokens += len(seq.token_ids) if hitting else 0
+    seq.num_computed_tokens = 0  # the cache hits, counted below
     for i in range(seq.num_blocks):
         ids = seq.block(i)
         full = len(ids) == self.block_size
@@ -103,13 +104,12 @@ def allocate(self: BlockManager, seq: Sequence) -> None:
                 self._take(block.block_id)
             else:
                 block.ref_count += 1
-            seq.num_cached_tokens += self.block_size
+            seq.num_computed_tokens += self.block_size
             self.num_cache_hit_tokens += self.block_size
         else:
             hitting = False
             block = self._take()
         seq.block_table.append(block.block_id)
-    seq.num_computed_tokens = seq.num_cached_tokens
 
 # %% ../../nbs/engine/10a_block_manager.ipynb #5b8f7320
 @patch
@@ -155,7 +155,7 @@ def deallocate(self: BlockManager, seq: Sequence) -> None:
         block.ref_count -= 1
         if block.ref_count == 0:
             self.free[bid] = None
-    seq.block_table, seq.num_cached_tokens, seq.num_computed_tokens = [], 0, 0
+    seq.block_table, seq.num_computed_tokens = [], 0
 
 # %% ../../nbs/engine/10a_block_manager.ipynb #b1e6892e
 @patch

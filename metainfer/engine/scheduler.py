@@ -162,7 +162,9 @@ def _start_waiting(self: Scheduler, rows: list, budget: int) -> int:
             break
         self.bm.allocate(seq)
         seq.status = SequenceStatus.RUNNING
-        seq.first_scheduled_time = seq.first_scheduled_time or time.monotonic()
+        if seq.first_scheduled_time is None:  # first admission: its prefix-cache hits are the
+            seq.first_scheduled_time = time.monotonic()  # ones reported (as vLLM: a re-admission
+            seq.num_cached_tokens = seq.num_computed_tokens  # finds its own blocks)
         self.running.append(self.waiting.popleft())
         budget -= self._chunk(seq, budget, rows)
     self.waiting.extendleft(reversed(not_ready))

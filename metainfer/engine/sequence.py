@@ -204,7 +204,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
-        self.num_cached_tokens = 0  # leading tokens found in the prefix cache at admission
+        self.num_cached_tokens = 0  # leading tokens found in the prefix cache at first admission
         self.first_scheduled_time: float | None = None  # (time.monotonic) its first admission
         # tokens whose KV is in the pool or on its way (launched steps'; cache hits included)
         self.num_computed_tokens = 0
