@@ -204,7 +204,7 @@ class EngineConfig:
         "(an FP8 checkpoint's own scheme is read from its config.json)",
         alias="-q",
     )
-    seed: int = arg(0, "the engine's base seed")
+    seed: int | None = arg(0, "the engine's base seed (None: not seeded)")
     generation_config: str = arg(
         "auto",
         "sampling defaults: auto (the model's generation_config.json), vllm (none) or a folder",

@@ -6,7 +6,8 @@
 from __future__ import annotations
 from dataclasses import replace
 from itertools import count
-from typing import Iterator
+import json
+from typing import Any, Iterator
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
@@ -16,7 +17,7 @@ from .outputs import CompletionOutput, RequestOutput
 from .llm_engine import LLMEngine
 
 # %% auto #0
-__all__ = ['text_content', 'chat_token_ids', 'default_sampling_params', 'as_delta', 'LLM']
+__all__ = ['text_content', 'json_or_text', 'template_message', 'chat_token_ids', 'default_sampling_params', 'as_delta', 'LLM']
 
 # %% ../../nbs/engine/14a_llm.ipynb #36c322f5
 def text_content(message: dict) -> dict:
@@ -32,7 +33,29 @@ def text_content(message: dict) -> dict:
         raise ValueError("only text content parts are supported")
     return message | {"content": "\n".join(p["text"] for p in parts)}
 
+# %% ../../nbs/engine/14a_llm.ipynb #73644ed1
+def json_or_text(s: str) -> Any:
+    """Tool call arguments as templates take them: the JSON object they hold, or the text if they
+    hold none."""
+    try:
+        return x if isinstance(x := json.loads(s), dict) else s
+    except ValueError:
+        return s
 
+
+def template_message(message: dict) -> dict:
+    "`message` as chat templates take it: its content a string, its tool calls' arguments objects."
+    m = text_content(message) | ({"content": ""} if message.get("content") is None else {})
+    if calls := m.get("tool_calls"):
+        m["tool_calls"] = [
+            c | {"function": f | {"arguments": json_or_text(f["arguments"])}}
+            if isinstance((f := c.get("function") or {}).get("arguments"), str)
+            else c
+            for c in calls
+        ]
+    return m
+
+# %% ../../nbs/engine/14a_llm.ipynb #4a0bd753
 def chat_token_ids(
     tokenizer,
     messages: list[dict],
@@ -42,18 +65,16 @@ def chat_token_ids(
     chat_template: str | None = None,  # instead of the tokenizer's
     **template_kwargs,
 ) -> list[int]:
-    """A conversation rendered by the chat template (with `tools`, if any), as token ids ready for
-    the model: the assistant's turn opened, or (`continue_final_message`) its last message left open
-    to continue."""
+    """A conversation rendered by the chat template (with `tools`, if any: a template that takes
+    none renders without them, as in vLLM), as token ids ready for the model: the assistant's turn
+    opened, or (`continue_final_message`) its last message left open to continue."""
     template = chat_template or (tokenizer is not None and tokenizer.chat_template)
     if tokenizer is None or not template:
         raise ValueError("this model has no chat template")
-    if tools and "tools" not in str(template):
-        raise ValueError("this model's chat template does not take tools")
     if add_generation_prompt and continue_final_message:
         raise ValueError("continue_final_message needs add_generation_prompt: false")
     text = tokenizer.apply_chat_template(
-        [text_content(m) for m in messages],
+        [template_message(m) for m in messages],
         tools=tools,
         tokenize=False,
         add_generation_prompt=add_generation_prompt,
@@ -265,6 +286,7 @@ def chat(
     chat_template_kwargs: dict | None = None,
     chat_template: str | None = None,  # a Jinja template instead of the tokenizer's
     chat_template_content_format: str = "auto",  # (vLLM's: content lists become strings)
+    lora_request=None,  # (vLLM's: no adapters here; only None)
 ) -> list[RequestOutput]:
     "Complete a conversation (a list of messages) or several, rendered by `chat_token_ids`."
     if chat_template_content_format not in ("auto", "string"):
@@ -283,7 +305,7 @@ def chat(
         )
         for c in conversations
     ]
-    outs = self.generate(prompts, sampling_params, use_tqdm)
+    outs = self.generate(prompts, sampling_params, use_tqdm, lora_request)
     for o in outs:
         o.prompt = tok.decode(o.prompt_token_ids)  # the rendered conversation, as vLLM reports it
     return outs

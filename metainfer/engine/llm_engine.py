@@ -6,6 +6,7 @@
 from __future__ import annotations
 import logging
 import time
+from collections.abc import Iterable
 from contextlib import nullcontext
 import torch
 from fastcore.basics import patch
@@ -38,7 +39,8 @@ class LLMEngine:
 
     def __init__(self, config: EngineConfig):
         self.config = config
-        torch.manual_seed(config.seed)  # vLLM's --seed: unseeded sampling repeats run to run
+        if config.seed is not None:  # vLLM's --seed: unseeded sampling repeats run to run
+            torch.manual_seed(config.seed)
         self.model_config = mc = load_model_config(config.model)
         self.max_model_len = allowed_model_len(config, mc)
         self.tokenizer = load_tokenizer(config.tokenizer or config.model)
@@ -174,14 +176,22 @@ def add_request(
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #84cabcd8
 @patch
-def abort_request(self: LLMEngine, request_id: str) -> None:
-    "Stop a request now and free its KV blocks; unknown or finished ids are ignored."
-    req = self.requests.pop(request_id, None)
-    if req is None:
-        return
-    del self._by_seq[req.seq.seq_id]
-    if not req.seq.is_finished:
-        self.scheduler.finish(req.seq, "abort")
+def abort_request(self: LLMEngine, request_id: str | Iterable[str]) -> None:
+    """Stop a request (or several: vLLM's engine takes a list) now and free its KV blocks; unknown
+    or finished ids are ignored."""
+    for rid in [request_id] if isinstance(request_id, str) else request_id:
+        req = self.requests.pop(rid, None)
+        if req is None:
+            continue
+        del self._by_seq[req.seq.seq_id]
+        if not req.seq.is_finished:
+            self.scheduler.finish(req.seq, "abort")
+
+# %% ../../nbs/engine/14_llm_engine.ipynb #73e7189a
+@patch
+def get_tokenizer(self: LLMEngine):
+    "The engine's tokenizer (`None` for a model without one), as vLLM's `LLMEngine` offers it."
+    return self.tokenizer
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #3c5d1f56
 @patch

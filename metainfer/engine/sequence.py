@@ -7,14 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum, auto
 from itertools import count
+import operator
 from typing import Any
 import torch
 from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'PENDING', 'RequestOutputKind', 'TokenBias', 'TokenIds', 'SamplingParams',
-           'SequenceStatus', 'Sequence']
+__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'INT_FIELDS', 'PENDING', 'RequestOutputKind', 'TokenBias', 'TokenIds',
+           'SamplingParams', 'SequenceStatus', 'Sequence']
 
 # %% ../../nbs/engine/10_sequence.ipynb #6df8a352
 class RequestOutputKind(Enum):
@@ -27,6 +28,9 @@ class RequestOutputKind(Enum):
 # %% ../../nbs/engine/10_sequence.ipynb #10e15c9f
 MAX_LOGPROBS = 20  # alternatives a request may ask for at each position (vLLM's default limit)
 SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's rule): logits / 1e-40 overflow
+# the fields that count things, so take integers only
+INT_FIELDS = ("n", "top_k", "seed", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs")
+INT_FIELDS += ("truncate_prompt_tokens",)
 
 # %% ../../nbs/engine/10_sequence.ipynb #acae54e37e7d407bbb7b55eff062a284
 class TokenBias(dict):
@@ -122,8 +126,8 @@ class SamplingParams:
         self.stop_token_set = frozenset(self.stop_token_ids)
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.temperature < SAMPLING_EPS:
             self.temperature = 0.0  # greedy: the sampler never divides by a tiny temperature
         if not 0 < self.top_p <= 1:
@@ -134,8 +138,16 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if (k := self.truncate_prompt_tokens) is not None and not (k == -1 or k >= 1):
             raise ValueError(f"truncate_prompt_tokens must be -1 or >= 1, got {k}")
+        for name in INT_FIELDS:  # (numpy integers become ints; floats are an error, as in vLLM)
+            if (v := getattr(self, name)) is not None:
+                try:
+                    setattr(self, name, operator.index(v))
+                except TypeError:
+                    raise ValueError(f"{name} must be an integer, got {v!r}") from None
         if self.stop and not self.detokenize:
             raise ValueError("stop strings need detokenize=True")
+        if any(not w for w in self.bad_words or ()):
+            raise ValueError("bad_words must not contain an empty string")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         for name in ("logprobs", "prompt_logprobs"):
