@@ -167,3 +167,15 @@ def forget_from(self: BlockManager, seq: Sequence, token: int) -> None:
         if self.cached.get(block.hash) == bid:
             del self.cached[block.hash]
         block.hash, block.token_ids = None, ()
+
+# %% ../../nbs/engine/10a_block_manager.ipynb #979cb0e0
+@patch
+def reset_prefix_cache(self: BlockManager) -> bool:
+    """Forget every cached prefix (vLLM's `reset_prefix_cache`, which benchmarks call between
+    rounds): only while no block is in use; returns whether it did."""
+    if self.num_free_blocks < len(self.blocks):
+        return False
+    self.cached.clear()
+    for block in self.blocks:
+        block.hash, block.token_ids = None, ()
+    return True

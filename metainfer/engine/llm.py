@@ -158,10 +158,10 @@ class LLM:
             group[0].rsplit("-", 1)[0],
             have[0].prompt,
             have[0].prompt_token_ids,
+            have[0].prompt_logprobs,
             outs,
             len(have) == len(group) and all(o.finished for o in have),
-            have[0].prompt_logprobs,
-            have[0].num_cached_tokens,
+            num_cached_tokens=have[0].num_cached_tokens,
         )
 
 # %% ../../nbs/engine/14a_llm.ipynb #b5398ba3
@@ -272,6 +272,12 @@ def generate(
     finally:
         self._abort(groups)  # on Ctrl-C or an error: nothing left queued for the next call
     return [self._merged(g, done) for g in groups]
+
+# %% ../../nbs/engine/14a_llm.ipynb #ecc4237d
+@patch
+def reset_prefix_cache(self: LLM) -> bool:
+    "Forget every cached prompt prefix (vLLM's; benchmarks call it between rounds)."
+    return self.engine.reset_prefix_cache()
 
 # %% ../../nbs/engine/14a_llm.ipynb #8a8b71c0
 @patch

@@ -193,6 +193,12 @@ def get_tokenizer(self: LLMEngine):
     "The engine's tokenizer (`None` for a model without one), as vLLM's `LLMEngine` offers it."
     return self.tokenizer
 
+# %% ../../nbs/engine/14_llm_engine.ipynb #119e4e64
+@patch
+def reset_prefix_cache(self: LLMEngine) -> bool:
+    "Forget every cached prefix, once no request holds KV blocks; returns whether it did (vLLM's)."
+    return self.scheduler.bm.reset_prefix_cache()
+
 # %% ../../nbs/engine/14_llm_engine.ipynb #3c5d1f56
 @patch
 def has_unfinished_requests(self: LLMEngine) -> bool:

@@ -25,16 +25,17 @@ class Logprob:
 # %% ../../nbs/engine/13c_outputs.ipynb #55a8eda3
 @dataclass
 class CompletionOutput:
-    "The completion of one request so far (vLLM's fields)."
+    "The completion of one request so far (vLLM's fields, in vLLM's order)."
 
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None  # "stop" | "length" | "abort"
-    stop_reason: str | int | None = None
+    cumulative_logprob: float | None = None  # asked for: the sum of the new tokens' logprobs
     # asked for: per new token, it and the likeliest
     logprobs: list[dict[int, Logprob]] | None = None
-    cumulative_logprob: float | None = None  # asked for: the sum of the new tokens' logprobs
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    stop_reason: str | int | None = None
+    lora_request: None = None  # (vLLM's: no adapters here)
 
     def finished(self) -> bool:
         return self.finish_reason is not None
@@ -42,15 +43,21 @@ class CompletionOutput:
 # %% ../../nbs/engine/13c_outputs.ipynb #85f22014
 @dataclass
 class RequestOutput:
-    "What a request has produced so far; `finished` once it is done."
+    """What a request has produced so far; `finished` once it is done (vLLM's fields, in its order;
+    those of features metainfer doesn't have are `None`)."""
 
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
+    prompt_logprobs: list[dict[int, Logprob] | None] | None  # asked for: per prompt token
     outputs: list[CompletionOutput]
     finished: bool
-    prompt_logprobs: list[dict[int, Logprob] | None] | None = None  # asked for: per prompt token
+    metrics: None = None  # (vLLM's offline default: statistics off)
+    lora_request: None = None
+    encoder_prompt: None = None
+    encoder_prompt_token_ids: None = None
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    kv_transfer_params: None = None
 
 # %% ../../nbs/engine/13c_outputs.ipynb #e0f4b3d9
 class IncrementalDetokenizer:
@@ -191,17 +198,17 @@ def output(
         0,
         text,
         seq.completion_token_ids,
+        self.cumulative_logprob if asked else None,
+        list(self.logprobs) if asked else None,
         seq.finish_reason,
         self.stop_reason,
-        list(self.logprobs) if asked else None,
-        self.cumulative_logprob if asked else None,
     )
     return RequestOutput(
         self.request_id,
         self.prompt,
         seq.token_ids[: seq.num_prompt_tokens],
+        self.prompt_logprobs,
         [out],
         seq.is_finished,
-        self.prompt_logprobs,
-        seq.num_cached_tokens,
+        num_cached_tokens=seq.num_cached_tokens,
     )
