@@ -26,8 +26,12 @@ PromptType = Union[str, list[int], TextPrompt, TokensPrompt]
 
 # %% ../nbs/14b_inputs.ipynb #d794b72d
 def prompt_of(p: PromptType) -> str | list[int]:
-    "What the engine takes of one prompt: its text, or its token ids."
+    """What the engine takes of one prompt: its text, or its token ids. A dict's other vLLM keys
+    (`multi_modal_data`, `cache_salt`, ...) ask for what this engine doesn't do: an error, not
+    dropped."""
     if isinstance(p, dict):
+        if other := sorted(set(p) - {"prompt", "prompt_token_ids"}):
+            raise ValueError(f"prompt keys {other} are not supported (text-only models)")
         if "prompt_token_ids" in p:  # (any sequence of integers: a numpy array too)
             return [int(t) for t in p["prompt_token_ids"]]
         if "prompt" in p:
