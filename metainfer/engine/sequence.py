@@ -184,6 +184,12 @@ def adjusts_logits(self: SamplingParams) -> bool:
 def greedy(self: SamplingParams) -> bool:
     return self.temperature == 0
 
+# %% ../../nbs/engine/10_sequence.ipynb #d1aa148e
+@patch
+def clone(self: SamplingParams) -> SamplingParams:
+    "A copy (vLLM's `clone`); the checked id sets are read only, so the copy shares them."
+    return replace(self)
+
 # %% ../../nbs/engine/10_sequence.ipynb #77a147c4
 @patch
 def fan_out(self: SamplingParams) -> list[SamplingParams]:
