@@ -43,8 +43,10 @@ def test_prompt_types_mirror_vllm_inputs(llm):
     )
     assert [o.prompt for o in outs] == ["hello there", None, None, "hello there"]
     assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1  # one prompt, four spellings
-    with pytest.raises(ValueError, match="prompt_token_ids"):
+    with pytest.raises(ValueError, match="not supported"):  # (a key vLLM doesn't have either)
         llm.generate({"text": "hi"}, use_tqdm=False)
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        llm.generate({}, use_tqdm=False)
 
 
 def test_max_tokens_none_runs_to_max_model_len(llm):
