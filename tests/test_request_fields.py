@@ -104,8 +104,10 @@ HONOURED = {  # fields this server implements (their effects: the other tests)
     *"guided_whitespace_pattern guided_decoding_backend response_format".split(),
     *"max_completion_tokens logprobs top_logprobs tools tool_choice parallel_tool_calls".split(),
     *"chat_template_kwargs add_generation_prompt continue_final_message echo best_of".split(),
+    *"request_id add_special_tokens".split(),
 }
-REFUSED_IN_CHAT = {"echo"}  # (honoured in completions: the prompt comes back)
+# honoured in completions only: the prompt comes back; its special tokens (a chat's: the template's)
+REFUSED_IN_CHAT = {"echo", "add_special_tokens"}
 # honoured only with another field beside it
 NEEDS = {
     "top_logprobs": {"logprobs": True},

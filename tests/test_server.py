@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from tokenizers.processors import TemplateProcessing
 from metainfer import LLM, SamplingParams
 from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
 from metainfer.entrypoints.openai.api_server import ServerThread, build_app
@@ -615,6 +616,70 @@ def test_tokenize_and_detokenize(llm, server, client):
         assert r.status_code in (400, 404) and match in r.json()["error"]["message"]
     assert httpx.post(f"{url}/tokenize", json={"prompt": "a"}).status_code == 401  # the key, as /v1
     assert httpx.get(f"{url}/version").json()["version"] == __import__("metainfer").__version__
+
+
+def test_add_special_tokens_false_leaves_them_out(server, client):
+    """vLLM's `add_special_tokens` (default true), of a completion and of /tokenize, reaches the
+    tokenizer. Qwen3's adds no special token, so the server's copy writes a BOS for a while."""
+    tok = server.server.config.app.state.metainfer.tokenizer
+    auth = {"Authorization": f"Bearer {KEY}"}
+    bos, plain = ("<|endoftext|>", tok.convert_tokens_to_ids("<|endoftext|>")), tok("Hi").input_ids
+    kept = tok._tokenizer.post_processor
+    tok._tokenizer.post_processor = TemplateProcessing(single=f"{bos[0]} $A", special_tokens=[bos])
+    try:
+        for add, ids in ((None, [bos[1], *plain]), (True, [bos[1], *plain]), (False, plain)):
+            flag = {} if add is None else {"add_special_tokens": add}
+            r = client.completions.create(
+                model="tiny",
+                prompt="Hi",
+                max_tokens=1,
+                extra_body={"return_token_ids": True} | flag,
+            )
+            assert r.choices[0].prompt_token_ids == ids, add
+            t = httpx.post(f"{server.url}/tokenize", headers=auth, json={"prompt": "Hi"} | flag)
+            assert t.json()["tokens"] == ids, add
+    finally:
+        tok._tokenizer.post_processor = kept
+    chat = {"messages": CHAT[0], "add_special_tokens": False}  # (the template writes a chat's)
+    assert httpx.post(f"{server.url}/tokenize", headers=auth, json=chat).status_code == 200
+
+
+def test_response_id_named_by_the_client(client):
+    """vLLM's `request_id` names the response (`cmpl-{id}`, `chatcmpl-{id}`), streamed or not; an
+    `X-Request-Id` header wins over it; without either the id is new."""
+    r = client.completions.create(
+        model="tiny", prompt="hi", max_tokens=1, extra_body={"request_id": "job-7"}
+    )
+    assert r.id == "cmpl-job-7"
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=CHAT[0],
+        max_tokens=1,
+        extra_body={"request_id": "job-7"},
+        extra_headers={"X-Request-Id": "trace-1"},
+    )
+    assert r.id == "chatcmpl-trace-1"
+    chunks = client.chat.completions.create(
+        model="tiny", messages=CHAT[0], max_tokens=2, stream=True, extra_body={"request_id": "j8"}
+    )
+    assert {c.id for c in chunks} == {"chatcmpl-j8"}
+    ids = {client.completions.create(model="tiny", prompt="hi", max_tokens=1).id for _ in "ab"}
+    assert len(ids) == 2 and all(i.startswith("cmpl-") and len(i) == 5 + 32 for i in ids)
+
+
+def test_continuous_usage_needs_include_usage(client):
+    """vLLM's rule: `continuous_usage_stats` puts the usage so far in each chunk only beside
+    `include_usage`; alone, it asks for nothing."""
+    ask = dict(
+        model="tiny", prompt="hi", max_tokens=3, stream=True, extra_body={"ignore_eos": True}
+    )
+    alone = list(client.completions.create(**ask, stream_options={"continuous_usage_stats": True}))
+    assert alone and all(c.usage is None and c.choices for c in alone)
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    chunks = list(client.completions.create(**ask, stream_options=both))
+    so_far = [c.usage.completion_tokens for c in chunks]
+    assert so_far == sorted(so_far) and so_far[-1] == 3 and chunks[-1].choices == []
+    assert all(c.usage.prompt_tokens == chunks[-1].usage.prompt_tokens for c in chunks)
 
 
 def test_metrics_after_requests(server, client):

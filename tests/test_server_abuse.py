@@ -96,6 +96,32 @@ def test_trusting_server_renders_the_request_template(trusting, extra):
     assert "".join(r.json()["token_strs"]).replace("Ġ", " ") == "INJECTED hi"
 
 
+# inputs vLLM takes laxly, as it gives them to the template
+
+SHOW = (  # a template that writes what it is given
+    "{% for t in tools or [] %}{{ t.type }} {{ t.function.name }}|{% endfor %}"
+    "{% for m in messages %}{{ m.role }}: {{ m.content }} ({{ m.reasoning_content or '' }})|"
+    "{% endfor %}"
+)
+
+
+def test_lax_inputs_reach_the_template_as_vllm_gives_them(http, trusting):
+    """A custom role (vLLM's, e.g. `ipython`) as it is, a tool without `type` as a function, a
+    list of plain strings as text parts, an assistant's `reasoning` as `reasoning_content`."""
+    messages = [
+        {"role": "ipython", "content": "42"},
+        {"role": "user", "content": ["Hi", "there"]},
+        {"role": "assistant", "content": "Yes.", "reasoning": "Hm."},
+    ]
+    tools = [{"function": {"name": "now"}}]
+    body = {"messages": messages, "tools": tools, "add_generation_prompt": False}
+    ids = trusting.post("/tokenize", json=body | {"chat_template": SHOW}).json()["tokens"]
+    text = trusting.post("/detokenize", json={"tokens": ids}).json()["prompt"]
+    assert text == "function now|ipython: 42 ()|user: Hi\nthere ()|assistant: Yes. (Hm.)|"
+    chat = {"messages": messages[:2], "tools": tools, "max_tokens": 1}  # (the model's template)
+    assert http.post(CHAT, json=chat).status_code == 200
+
+
 # item 2: validation that fails fast, bounded, off the event loop
 
 BAD_2MB = json.dumps({"prompt": ["x"] + [1] * 700_000}).encode()  # 2.1 MB, 700k wrong items

@@ -6,6 +6,7 @@ handling,
 streaming and parsing."""
 
 import json
+import httpx
 import openai
 import pytest
 import torch
@@ -115,6 +116,33 @@ def test_streamed_tool_calls_equal_whole(served, client):
     assert not any(
         "<tool_call>" in (d.content or "") or "think>" in (d.content or "") for d in deltas
     )
+
+
+def test_reasoning_under_both_of_vllms_names(served, client):
+    """The reasoning comes as `reasoning` (current vLLM's name) and `reasoning_content` (older
+    vLLM's), whole and streamed; an assistant message sent back may carry it under either."""
+    thought = "\nThe user wants the weather.\n"
+    will_write(served, ANSWER)
+    m = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=100).choices[0]
+    assert (m.message.model_dump()["reasoning"], m.message.model_dump()["reasoning_content"]) == (
+        thought,
+        thought,
+    )
+    will_write(served, ANSWER)
+    chunks = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=100, stream=True)
+    deltas = [c.choices[0].delta.model_dump() for c in chunks if c.choices]
+    assert all(d.get("reasoning") == d.get("reasoning_content") for d in deltas)
+    assert "".join(d.get("reasoning") or "" for d in deltas) == thought
+    call = {"id": "c1", "type": "function", "function": {"name": "now", "arguments": "{}"}}
+
+    def prompt(key: str | None) -> list[int]:  # a second turn, the reasoning under `key`
+        said = {"role": "assistant", "content": "", "tool_calls": [call]}
+        said |= {key: thought} if key else {}
+        turn = [*ASK, said, {"role": "tool", "tool_call_id": "c1", "content": "noon"}]
+        body = {"messages": turn, "tools": TOOLS}
+        return httpx.post(f"{served[0].url}/tokenize", json=body).json()["tokens"]
+
+    assert prompt("reasoning") == prompt("reasoning_content") != prompt(None)
 
 
 def test_tool_choice_none_and_no_tools_leave_the_text(served, client):
@@ -433,6 +461,29 @@ def test_responses_api_second_turn_and_limits(served, client):
     ]
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
         client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")
+
+
+def test_responses_usage_counts_cached_and_reasoning_tokens(served, client):
+    """`input_tokens_details.cached_tokens`: a long input sent again finds its full blocks in the
+    prefix cache; `output_tokens_details.reasoning_tokens`: the tokens between `<think>` and
+    `</think>`; streamed as whole."""
+    _, _, tok = served
+    thought = len(tok("\nThe user wants the weather.\n", add_special_tokens=False).input_ids)
+    ask = dict(model="tiny", input="What is the weather like in Paris? " * 8, max_output_tokens=100)
+    usages = []
+    for stream in (False, False, True):
+        will_write(served, ANSWER)
+        if stream:
+            usages.append(list(client.responses.create(**ask, stream=True))[-1].response.usage)
+        else:
+            usages.append(client.responses.create(**ask).usage)
+    first, again, streamed = usages
+    assert first.input_tokens == again.input_tokens > 64
+    cached = again.input_tokens_details.cached_tokens
+    assert first.input_tokens_details.cached_tokens < cached and cached % 16 == 0
+    assert again.input_tokens - 16 <= cached < again.input_tokens
+    assert streamed.input_tokens_details.cached_tokens == cached
+    assert {u.output_tokens_details.reasoning_tokens for u in usages} == {thought}
 
 
 def test_deepseek_v3_tool_call_parser(checkpoints):

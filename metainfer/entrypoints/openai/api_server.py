@@ -115,7 +115,7 @@ def build_app(
     served_model_names: list[str] | None = None,  # names clients may ask for (default: the model)
     api_key: str | None = None,  # if set, /v1 routes need `Authorization: Bearer <key>`
     max_body_bytes: int = 16 * 2**20,  # larger request bodies get a 413
-    reasoning_parser: str | None = None,  # qwen3 or deepseek_r1: chats get `reasoning_content`
+    reasoning_parser: str | None = None,  # qwen3 or deepseek_r1: chats get `reasoning`
     tool_call_parser: str = "hermes",  # vLLM's name of the model's tool-call format
     trust_request_chat_template: bool = False,  # vLLM's flag: else a request's template is a 400
     chat_template: str | None = None,  # replaces the tokenizer's (`--chat-template`)

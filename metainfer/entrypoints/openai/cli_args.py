@@ -114,8 +114,8 @@ def _behaviour_flags(p: argparse.ArgumentParser) -> None:
         "--reasoning-parser",
         default=None,
         choices=REASONING_PARSERS,
-        help="chats return the text between <think> and </think> as reasoning_content "
-        "(Qwen3, DeepSeek-R1)",
+        help="chats return the text between <think> and </think> as reasoning and "
+        "reasoning_content (Qwen3, DeepSeek-R1)",
     )
     p.add_argument(
         "--trust-request-chat-template",

@@ -15,7 +15,7 @@ from .protocol import SamplingRequest, ChatCompletionRequest
 
 # %% auto #0
 __all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
-           'chat_logprobs', 'choice_logprobs', 'echo_texts', 'chat_message', 'chat_finish_reason']
+           'chat_logprobs', 'choice_logprobs', 'echo_texts', 'reasoning_fields', 'chat_message', 'chat_finish_reason']
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c5c9ed99
 async def text_deltas(stream: RequestStream) -> AsyncIterator[tuple[str, int, RequestOutput]]:
@@ -164,6 +164,11 @@ def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:
         for p in prompt_list(req)
     ]
 
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #9355c880
+def reasoning_fields(text: str | None) -> dict:
+    "A message's or a delta's reasoning, under both of vLLM's names for it."
+    return {"reasoning": text, "reasoning_content": text}
+
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #0f13c7c1
 def chat_message(parts: dict, reasoning: bool) -> dict:
     """A chat response's message from what `ChatOutputParser` gave (`reasoning`: the server splits
@@ -171,7 +176,7 @@ def chat_message(parts: dict, reasoning: bool) -> dict:
     calls = [{k: v for k, v in c.items() if k != "index"} for c in parts["tool_calls"]]
     return (
         {"role": "assistant", "content": parts["content"] or (None if calls else "")}
-        | ({"reasoning_content": parts["reasoning_content"] or None} if reasoning else {})
+        | (reasoning_fields(parts["reasoning_content"] or None) if reasoning else {})
         | ({"tool_calls": calls} if calls else {})
     )
 

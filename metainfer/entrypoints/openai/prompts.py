@@ -6,9 +6,8 @@
 from __future__ import annotations
 import json
 import logging
-from typing import Any
 import jinja2
-from ...engine.llm import chat_token_ids, text_content
+from ...engine.llm import chat_token_ids, json_or_text, text_content
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     declared,
@@ -18,8 +17,7 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'json_or_text', 'message_dict',
-           'chat_prompt']
+__all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'message_dict', 'chat_prompt']
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c8ac1a7b
 def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
@@ -50,13 +48,14 @@ def prompt_chars(req) -> int:
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #cf78a859
 def completion_prompts(req: CompletionRequest, tokenizer) -> list[list[int]]:
-    "Token ids of each of a completion request's prompts."
+    """Token ids of each of a completion request's prompts; a text prompt gets the tokenizer's
+    special tokens (a BOS) unless `add_special_tokens` is false."""
     out = []
     for p in prompt_list(req):
         if isinstance(p, str):
             if tokenizer is None:
                 raise OpenAIError("this model has no tokenizer: send token ids", param="prompt")
-            p = tokenizer(p).input_ids
+            p = tokenizer(p, add_special_tokens=req.add_special_tokens).input_ids
         if not p:
             raise OpenAIError("the prompt is empty", param="prompt")
         out.append(p)
@@ -71,15 +70,6 @@ def message_text(m: ChatMessage) -> str:
         return text_content({"content": parts})["content"] or ""
     except ValueError as e:
         raise OpenAIError(str(e), param="messages") from None
-
-# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #0fd080a3
-def json_or_text(s: str) -> Any:
-    """Tool call arguments as templates take them: the JSON object they hold, or the text if they
-    hold none."""
-    try:
-        return x if isinstance(x := json.loads(s), dict) else s
-    except ValueError:
-        return s
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #3dfdefe3
 def _tool_calls(m: ChatMessage) -> list[dict]:

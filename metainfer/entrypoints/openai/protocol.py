@@ -5,7 +5,15 @@
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #e679ffa7
 from __future__ import annotations
 from typing import Annotated, Any, Literal, TypeVar
-from pydantic import BaseModel, ConfigDict, FailFast, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    FailFast,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import TypeAliasType
 from fastapi.responses import JSONResponse
 from fastcore.basics import patch
@@ -72,7 +80,8 @@ Items = TypeAliasType("Items", Annotated[list[_T], FailFast()], type_params=(_T,
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #4e23e0b9
 class StreamOptions(OpenAIModel):
     include_usage: bool | None = None  # a last chunk with the response's usage
-    continuous_usage_stats: bool | None = None  # vLLM's: each chunk with its choice's usage so far
+    # vLLM's: with include_usage, each chunk with its choice's usage so far
+    continuous_usage_stats: bool | None = None
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #96a1e32f
 class SamplingRequest(OpenAIModel):
@@ -104,6 +113,8 @@ class SamplingRequest(OpenAIModel):
     skip_special_tokens: bool | None = None  # vLLM's
     return_token_ids: bool | None = None  # vLLM's: prompt and completion token ids in responses
     user: str | None = None
+    # vLLM's: the response's id (an X-Request-Id header wins); short, as every chunk repeats it
+    request_id: str | None = Field(None, max_length=256)
     allowed_token_ids: Items[int] | None = None  # vLLM's: sample only these
     truncate_prompt_tokens: int | None = Field(None, ge=-1)  # vLLM's: keep the last k (-1: all)
     bad_words: Items[str] | None = None  # vLLM's: never generate these words
@@ -165,6 +176,7 @@ class CompletionRequest(SamplingRequest):
     logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
+    add_special_tokens: bool = True  # vLLM's: a text prompt gets the tokenizer's special tokens
     best_of: int | None = Field(
         None, ge=1, le=128
     )  # completions made per prompt, of which the n best are returned
@@ -183,7 +195,7 @@ class FunctionDefinition(OpenAIModel):
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #b5daf595
 class Tool(OpenAIModel):
-    type: Literal["function"]
+    type: Literal["function"] = "function"  # (vLLM's default)
     function: FunctionDefinition
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #20c9d844
@@ -199,12 +211,29 @@ class ToolCall(OpenAIModel):
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #4f0c7d55
 class ChatMessage(OpenAIModel):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | Items[ContentPart] | None = None
+    # OpenAI's five roles, or another a chat template knows (vLLM's custom roles, e.g. "ipython")
+    role: str
+    content: str | Items[ContentPart | str] | None = None  # (a plain string part is a text part)
     name: str | None = None
     tool_calls: Items[ToolCall] | None = None  # an assistant's calls, sent back with their results
     tool_call_id: str | None = None  # a tool message: the call it answers
     reasoning_content: str | None = None  # an assistant's reasoning, for templates that show it
+    reasoning: str | None = None  # (vLLM's newer name for it)
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts(cls, content):
+        "Plain strings in a list of parts are text parts (vLLM's)."
+        if not isinstance(content, list):
+            return content
+        return [ContentPart(type="text", text=p) if isinstance(p, str) else p for p in content]
+
+    @model_validator(mode="after")
+    def _one_reasoning(self):
+        "`reasoning` is read as `reasoning_content`, the name templates take."
+        if self.reasoning_content is None:
+            self.reasoning_content = self.reasoning
+        return self
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #84376907
 class FunctionName(OpenAIModel):
@@ -316,6 +345,7 @@ class ResponsesRequest(OpenAIModel):
     background: bool | None = None
     store: bool | None = None  # (accepted; nothing is stored)
     text: TextConfig | None = None
+    include: Items[str] | None = None  # (extra output: refused, `16ha_responses_request`)
     reasoning: dict | None = None  # (accepted; the model thinks as its template asks)
     metadata: dict[str, Any] | None = Field(None, max_length=16)  # (OpenAI's limit; not stored)
     user: str | None = None

@@ -14,7 +14,7 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['response_format', 'chat_request']
+__all__ = ['INCLUDE_SERVED', 'response_format', 'chat_request']
 
 # %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #cfa82b64
 def response_format(req: ResponsesRequest) -> dict | None:
@@ -40,6 +40,19 @@ def _check_stateless(req: ResponsesRequest) -> None:
             "background responses are not supported",
             code="unsupported_parameter",
             param="background",
+        )
+
+# %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #b9cbd217
+# `include` values served as they are: the reasoning, in the clear, is what a client hands back
+INCLUDE_SERVED = {"reasoning.encrypted_content"}
+
+
+def _check_include(req: ResponsesRequest) -> None:
+    if bad := [x for x in req.include or () if x not in INCLUDE_SERVED]:
+        raise OpenAIError(
+            f"include={bad[0]!r:.100} is not supported by this server",
+            code="unsupported_parameter",
+            param="include",
         )
 
 # %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #1306ea88
@@ -115,6 +128,7 @@ def _chat_tools(req: ResponsesRequest) -> tuple[list[dict], object]:
 def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     "The chat request a response is made with, or a 400 for what this server doesn't do."
     _check_stateless(req)
+    _check_include(req)
     messages = _messages(req)
     tools, choice = _chat_tools(req)
     fields = {

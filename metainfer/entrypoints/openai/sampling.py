@@ -16,9 +16,9 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['UNSUPPORTED', 'CHAT_UNSUPPORTED', 'COMPLETION_UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS',
-           'MAX_STOP_TOKEN_IDS', 'MAX_BAD_WORDS', 'unsupported', 'check_supported', 'candidates_per_prompt',
-           'logit_bias_ids', 'checked_token_params', 'check_stop_limits', 'sampling_params']
+__all__ = ['UNSUPPORTED', 'CHAT_UNSUPPORTED', 'TOKEN_ID', 'MAX_STOP_STRINGS', 'MAX_STOP_CHARS', 'MAX_STOP_TOKEN_IDS',
+           'MAX_BAD_WORDS', 'unsupported', 'check_supported', 'candidates_per_prompt', 'logit_bias_ids',
+           'checked_token_params', 'check_stop_limits', 'sampling_params']
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #ae7c539a
 def _asked(v: Any) -> bool:
@@ -55,22 +55,25 @@ UNSUPPORTED = {
     "media_io_kwargs": _asked,
     "documents": _asked,
     "return_tokens_as_token_ids": _asked,
-    "request_id": _asked,
     "prompt_embeds": _asked,
 }
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #741e6f50
-CHAT_UNSUPPORTED = {  # the same, for fields whose other endpoint does implement them
+CHAT_UNSUPPORTED = {  # the same, for fields a completion does implement
     "echo": _asked,
-    "add_special_tokens": lambda v: v not in (None, False),
+    "add_special_tokens": lambda v: v not in (None, False),  # (the template writes them)
 }
-COMPLETION_UNSUPPORTED = {"add_special_tokens": lambda v: v not in (None, True)}
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #405ce3d6
 def unsupported(req) -> str | None:
-    "The first field of `req` asking for a feature this server doesn't implement, if any."
-    chat = isinstance(req, ChatCompletionRequest)
-    table = UNSUPPORTED | (CHAT_UNSUPPORTED if chat else COMPLETION_UNSUPPORTED)
+    """The first field of a completion or chat request `req` asking for a feature this server
+    doesn't implement, if any (other requests, such as `/tokenize`'s, declare only what they do)."""
+    if isinstance(req, ChatCompletionRequest):
+        table = UNSUPPORTED | CHAT_UNSUPPORTED
+    elif isinstance(req, CompletionRequest):
+        table = UNSUPPORTED
+    else:
+        return None
     return next((k for k, asks in table.items() if asks(getattr(req, k, None))), None)
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #f2b0fc52

@@ -46,7 +46,7 @@ class ServerState:
     model_names: list[str]
     api_key: str | None = None
     max_body_bytes: int = 16 * 2**20
-    reasoning_parser: str | None = None  # one of `REASONING_PARSERS`: chats get `reasoning_content`
+    reasoning_parser: str | None = None  # one of `REASONING_PARSERS`: chats get `reasoning`
     trust_request_chat_template: bool = False  # vLLM's flag: may a request bring its own template?
     max_prompt_chars: int | None = None  # longer text can't fit max_model_len (`max_token_chars`)
     body_parser: BodyParser = field(default_factory=BodyParser)
@@ -270,9 +270,15 @@ async def _add_all(
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #bcdfbd50
 async def add_choices(
-    st: ServerState, req: SamplingRequest, prompts_of, prefix: str, parser_of=None
+    st: ServerState,
+    req: SamplingRequest,
+    prompts_of,
+    prefix: str,
+    parser_of=None,
+    named: str | None = None,  # the id the client gave the response (after `prefix-`)
 ):
-    "`submit` for a parsed request: returns `(model name, choices, request id)`."
+    """`submit` for a parsed request: returns `(model name, choices, response id)`. The engine's
+    request ids are new whatever the client names the response, so two may share a name."""
     model = check_model(st, req.model)
     check_request(st, req)
     n, n_prompts = candidates_per_prompt(req), prompt_count(req)
@@ -285,18 +291,21 @@ async def add_choices(
     prompts = await _prompt_ids(st, req, prompts_of)
     params = await _choice_params(st, req, prompts)
     specs = _fan_out(prompts, params, n)
-    rid = f"{prefix}-{uuid.uuid4().hex}"
+    engine_id = f"{prefix}-{uuid.uuid4().hex}"
+    rid = f"{prefix}-{named}" if named else engine_id
     if st.log_requests:
         lens = [len(ids) for ids in prompts]
         logging.getLogger("metainfer").info(f"request {rid}: prompt tokens {lens}, {params[0]}")
-    return model, await _add_all(st, req, specs, rid, parser_of), rid
+    return model, await _add_all(st, req, specs, engine_id, parser_of), rid
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #11066924
 async def submit(
     request: Request, cls: type[SamplingRequest], prompts_of, prefix: str, parser_of=None
 ):
     """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model
-    name, choices, request id)`. `parser_of(state, request, prompt ids)`: each choice's
-    `ChatOutputParser`."""
+    name, choices, response id)`. `parser_of(state, request, prompt ids)`: each choice's
+    `ChatOutputParser`. The response is named by an `X-Request-Id` header, else by the body's
+    `request_id`, as vLLM names it (`cmpl-{id}`, `chatcmpl-{id}`)."""
     st, req = await read_request(request, cls)
-    return (req, *await add_choices(st, req, prompts_of, prefix, parser_of))
+    named = request.headers.get("x-request-id") or req.request_id
+    return (req, *await add_choices(st, req, prompts_of, prefix, parser_of, named))

@@ -12,6 +12,7 @@ from fastcore.basics import patch
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from ...engine.outputs import RequestOutput
+from ..chat_parsing import THINK
 from .protocol import ResponsesRequest
 from .prompts import chat_prompt
 from .engine_loop import EngineError
@@ -26,7 +27,8 @@ from .serving_chat import output_parser
 from .responses_request import chat_request
 
 # %% auto #0
-__all__ = ['new_id', 'function_call_item', 'response_object', 'ResponseEvents', 'response_events', 'responses']
+__all__ = ['new_id', 'function_call_item', 'think_token_ids', 'reasoning_tokens', 'response_usage', 'response_object',
+           'ResponseEvents', 'response_events', 'responses']
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #fdcb76f8
 def new_id(prefix: str) -> str:
@@ -43,6 +45,40 @@ def function_call_item(call: dict, id: str, status: str = "completed") -> dict:
         "status": status,
     }
 
+# %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #bd2e42e5
+def think_token_ids(tokenizer) -> tuple[int, int] | None:
+    "The ids of `<think>` and `</think>` where each is one token of `tokenizer`, else `None`."
+    ids = tuple(tokenizer.convert_tokens_to_ids(t) for t in THINK)
+    whole = [
+        isinstance(i, int) and tokenizer.convert_ids_to_tokens(i) == t for i, t in zip(ids, THINK)
+    ]
+    return ids if all(whole) else None
+
+# %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #33f70538
+def reasoning_tokens(ids: list[int], think_ids: tuple[int, int] | None, reasoned: bool) -> int:
+    """How many of an output's token `ids` are its reasoning's (`reasoned`: it has one): those
+    before its first `</think>`, `<think>` not counted; 0 where the tags are no tokens
+    (`think_ids`)."""
+    if not reasoned or think_ids is None:
+        return 0
+    begin, end = think_ids
+    ids = list(ids)
+    stop = ids.index(end) if end in ids else len(ids)
+    return stop - ids[:stop].count(begin)
+
+# %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #aa31e1aa
+def response_usage(out: RequestOutput, reasoning: int = 0) -> dict:
+    """The `usage` of a response whose finished output is `out` (`reasoning`: how many of its tokens
+    are reasoning)."""
+    prompt, output = len(out.prompt_token_ids), len(out.outputs[0].token_ids)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": out.num_cached_tokens},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + output,
+    }
+
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #538af728
 def response_object(
     rid: str,
@@ -51,20 +87,12 @@ def response_object(
     status: str = "in_progress",
     output: list | None = None,
     out: RequestOutput | None = None,
+    reasoning: int = 0,
 ) -> dict:
-    "The `response` object, as OpenAI writes it; `out`: the finished output it reports usage of."
+    """The `response` object, as OpenAI writes it; `out`: the finished output it reports usage of
+    (`reasoning`: how many of its tokens are reasoning)."""
     length = out is not None and out.outputs[0].finish_reason == "length"
-    usage = (
-        None
-        if out is None
-        else {
-            "input_tokens": len(out.prompt_token_ids),
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": len(out.outputs[0].token_ids),
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": len(out.prompt_token_ids) + len(out.outputs[0].token_ids),
-        }
-    )
+    usage = None if out is None else response_usage(out, reasoning)
     return {
         "id": rid,
         "object": "response",
@@ -91,13 +119,17 @@ def response_object(
 class ResponseEvents:
     "The items of a response and, streamed, its events, from `ChatOutputParser`'s deltas."
 
-    def __init__(self, rid: str, model: str, req: ResponsesRequest):
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        req: ResponsesRequest,
+        think_ids: tuple[int, int] | None = None,  # to count reasoning tokens (`think_token_ids`)
+    ):
         self.rid, self.model, self.req, self.seq = rid, model, req, 0
-        self.items, self.open, self.calls = (
-            [],
-            None,
-            [],
-        )  # open: the item text deltas grow; calls: held to the end
+        self.think_ids = think_ids
+        # open: the item text deltas grow; calls: held to the end
+        self.items, self.open, self.calls = [], None, []
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #99a15c18
 @patch
@@ -227,16 +259,22 @@ def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
         evs.append(
             self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)
         )
-    self.final = response_object(self.rid, self.model, self.req, "completed", self.items, out)
+    reasoned = any(it["type"] == "reasoning" for it in self.items)
+    n = reasoning_tokens(out.outputs[0].token_ids, self.think_ids, reasoned)
+    self.final = response_object(self.rid, self.model, self.req, "completed", self.items, out, n)
     return evs + [self.event("response.completed", response=self.final)]
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #63d2cf84
 async def response_events(
-    c: Choice, rid: str, model: str, req: ResponsesRequest
+    c: Choice,
+    rid: str,
+    model: str,
+    req: ResponsesRequest,
+    think_ids: tuple[int, int] | None = None,  # to count reasoning tokens (`think_token_ids`)
 ) -> AsyncIterator[str]:
     """A streamed response's events: created, its items as they grow, completed; an engine failure
     is an `error` event."""
-    ev, out = ResponseEvents(rid, model, req), None
+    ev, out = ResponseEvents(rid, model, req, think_ids), None
     try:
         for e in ev.start():
             yield e
@@ -259,10 +297,11 @@ async def responses(request: Request):
         st, chat_request(req), chat_prompt, "resp", output_parser
     )
     rid = rid.replace("resp-", "resp_", 1)  # (OpenAI's spelling)
+    think = think_token_ids(st.tokenizer) if st.reasoning_parser else None
     if req.stream:
-        return event_stream(response_events(choices[0], rid, model, req), choices)
+        return event_stream(response_events(choices[0], rid, model, req, think), choices)
     out, c = (await final_outputs(choices, request))[0], choices[0]
-    ev = ResponseEvents(rid, model, req)
+    ev = ResponseEvents(rid, model, req, think)
     ev.feed(c.parser.feed(out.outputs[0].text, final=True))
     ev.finish(out)
     return JSONResponse(ev.final)

@@ -21,6 +21,7 @@ from metainfer.entrypoints.openai.formatting import (
     sse,
     choice_logprobs,
     chat_finish_reason,
+    reasoning_fields,
 )
 from .serving import Choice, abort_all
 
@@ -100,6 +101,8 @@ def _chunk(
     reason = o.finish_reason if out.finished else None
     if chat:  # (the parser may hold text back, or give out a tool call whole)
         delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
+        if thought := delta.pop("reasoning_content", None):  # (under both of vLLM's names)
+            delta = reasoning_fields(thought) | delta
         reason = chat_finish_reason(c, reason)
     if not ((delta if chat else text) or reason or ids or lps):
         return None
@@ -171,11 +174,12 @@ async def stream_events(
 ) -> AsyncIterator[str]:
     "The SSE events of a streaming response: its choices' chunks as they come, then `data: [DONE]`."
     chat, last, opts = head["object"] == "chat.completion.chunk", {}, req.stream_options
+    continuous = opts and opts.include_usage and opts.continuous_usage_stats  # (vLLM's rule)
     # a chat's prompt ids go with its first chunk that has an output
     prompt_ids = chat and bool(req.return_token_ids)
     try:
         async for choice, out in _events(choices, req, chat, echoes, tokenizer, last):
-            so_far = opts and opts.continuous_usage_stats and last.get(choice["index"])
+            so_far = continuous and last.get(choice["index"])
             yield sse(
                 head
                 | {"choices": [choice]}
