@@ -6,12 +6,13 @@
 from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
+from ..config import generation_eos_ids
 from .sequence import SamplingParams, Sequence
 from .structured_outputs import GrammarCompiler
 from .token_masks import BadWords, index_bad_words
 
 # %% auto #0
-__all__ = ['load_tokenizer', 'truncated', 'bad_word_ids', 'bad_words_index', 'admit']
+__all__ = ['load_tokenizer', 'eos_token_ids', 'truncated', 'bad_word_ids', 'bad_words_index', 'admit']
 
 # %% ../../nbs/engine/13d_admission.ipynb #43f0722d
 def load_tokenizer(model_dir: str):
@@ -22,6 +23,15 @@ def load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+# %% ../../nbs/engine/13d_admission.ipynb #b6d9e404
+def eos_token_ids(eos_ids: list[int], model_dir: str, tokenizer) -> tuple[int, ...]:
+    """The ids that end a sequence: the checkpoint's EOS ids (`eos_ids`, config.json's, and as vLLM
+    reads them generation_config.json's in `model_dir`) and the tokenizer's."""
+    ids = set(eos_ids) | set(generation_eos_ids(model_dir))
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return tuple(sorted(ids))
 
 # %% ../../nbs/engine/13d_admission.ipynb #979735aa
 def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:

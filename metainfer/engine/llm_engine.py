@@ -6,7 +6,6 @@
 from __future__ import annotations
 import logging
 import time
-from collections.abc import Iterable
 from contextlib import nullcontext
 import torch
 from fastcore.basics import patch
@@ -14,13 +13,12 @@ from metainfer.config import (
     EngineConfig,
     allowed_model_len,
     generation_defaults,
-    generation_eos_ids,
     load_model_config,
 )
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
-from .admission import admit, load_tokenizer
+from .admission import admit, eos_token_ids, load_tokenizer
 from ..inputs import PromptType, prompt_of
 from .structured_outputs import GrammarCompiler
 from .token_masks import step_bitmask
@@ -58,7 +56,7 @@ class LLMEngine:
             config.max_num_seqs,
             self.runner.token_budget,
             self.max_model_len,
-            eos := self._eos_ids(),
+            eos := eos_token_ids(mc.eos_token_ids, config.model, self.tokenizer),
             config.enable_chunked_prefill,
         )
         self.runner.stop_token_ids = eos
@@ -79,16 +77,6 @@ class LLMEngine:
         # steps launched, their time from launch to read-back (overlaps counted once), prompt tokens
         # computed (cache hits not counted; recomputations counted again) and tokens generated
         self.stats = {"steps": 0, "step_s": 0.0, "prefill_tokens": 0, "generated_tokens": 0}
-
-# %% ../../nbs/engine/14_llm_engine.ipynb #9e99e11b
-@patch
-def _eos_ids(self: LLMEngine) -> tuple[int, ...]:
-    """The ids that end a sequence: the checkpoint's EOS ids (config.json's and, as vLLM reads them,
-    generation_config.json's) and the tokenizer's."""
-    ids = set(self.model_config.eos_token_ids) | set(generation_eos_ids(self.config.model))
-    if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-        ids.add(self.tokenizer.eos_token_id)
-    return tuple(sorted(ids))
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #77d6fcd0
 @patch
@@ -176,7 +164,7 @@ def add_request(
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #84cabcd8
 @patch
-def abort_request(self: LLMEngine, request_id: str | Iterable[str]) -> None:
+def abort_request(self: LLMEngine, request_id: str | list[str]) -> None:
     """Stop a request (or several: vLLM's engine takes a list) now and free its KV blocks; unknown
     or finished ids are ignored."""
     for rid in [request_id] if isinstance(request_id, str) else request_id:
@@ -202,8 +190,7 @@ def reset_prefix_cache(self: LLMEngine) -> bool:
 # %% ../../nbs/engine/14_llm_engine.ipynb #3c5d1f56
 @patch
 def has_unfinished_requests(self: LLMEngine) -> bool:
-    """Whether any request is waiting or running (a step in flight whose sequences all ended: read
-    back)."""
+    "Whether any request is waiting or running (or in a step not read back yet)."
     return self.scheduler.has_unfinished()
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #a228dbaa

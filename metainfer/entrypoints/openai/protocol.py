@@ -22,8 +22,7 @@ from fastcore.basics import patch
 __all__ = ['INT64', 'Items', 'MAX_ERRORS_SHOWN', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'declared',
            'error_loc', 'validation_error', 'parse_request', 'CompletionRequest', 'ContentPart', 'FunctionDefinition',
            'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage', 'FunctionName', 'NamedToolChoice',
-           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest', 'InputContent', 'InputItem', 'FunctionTool',
-           'TextConfig', 'ResponsesRequest']
+           'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest']
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #716a3d55
 class OpenAIError(Exception):
@@ -291,61 +290,3 @@ class DetokenizeRequest(OpenAIModel):
 
     model: str | None = None
     tokens: Items[int]
-
-# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #0394177c
-class InputContent(OpenAIModel):
-    type: Literal[
-        "input_text", "output_text", "text", "reasoning_text", "summary_text"
-    ]  # (images and files: not served)
-    text: str
-
-# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #e09de2f2
-class InputItem(OpenAIModel):
-    "An item of a response's input: a message, a reasoning, an earlier function call or its output."
-
-    type: Literal["message", "reasoning", "function_call", "function_call_output"] = "message"
-    role: Literal["user", "system", "developer", "assistant"] | None = None
-    content: str | Items[InputContent] | None = None
-    summary: Items[InputContent] | None = None  # (a reasoning item's, when it has no content)
-    call_id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-    output: str | None = None
-
-# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #8e916a87
-class FunctionTool(OpenAIModel):
-    """A function the model may call (the Responses API spells tools flat, without chat's `function`
-    wrapper)."""
-
-    type: Literal["function"]
-    name: str = Field(min_length=1)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #c9129e27
-class TextConfig(OpenAIModel):
-    format: dict[str, Any] | None = None
-
-# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #27216856
-class ResponsesRequest(OpenAIModel):
-    "POST /v1/responses: OpenAI's Responses API, stateless (nothing is stored)."
-
-    model: str | None = None
-    input: Items[InputItem] | str
-    instructions: str | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    stream: bool | None = None
-    tools: Items[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict | None = None
-    parallel_tool_calls: bool | None = None
-    previous_response_id: str | None = None
-    background: bool | None = None
-    store: bool | None = None  # (accepted; nothing is stored)
-    text: TextConfig | None = None
-    include: Items[str] | None = None  # (extra output: refused, `16ha_responses_request`)
-    reasoning: dict | None = None  # (accepted; the model thinks as its template asks)
-    metadata: dict[str, Any] | None = Field(None, max_length=16)  # (OpenAI's limit; not stored)
-    user: str | None = None

@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from ...engine.outputs import RequestOutput
 from ..chat_parsing import THINK
-from .protocol import ResponsesRequest
+from .responses_request import ResponsesRequest
 from .prompts import chat_prompt
 from .engine_loop import EngineError
 from .formatting import text_deltas
