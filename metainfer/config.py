@@ -166,6 +166,7 @@ class EngineConfig:
     kv_cache_memory_gb: float = arg(1.0, "CPU: KV budget when --num-kv-blocks is not given")
     gpu_memory_utilization: float = arg(0.9, "share of GPU memory the engine may use")
     max_num_seqs: int = arg(256, "sequences in one decode batch")
+    max_logprobs: int = arg(20, "most logprobs a request may ask for a token (-1: no limit)")
     max_num_batched_tokens: int | None = arg(
         None,
         "tokens one step computes (default: 2048 served, 16384 offline)",

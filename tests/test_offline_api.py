@@ -215,3 +215,15 @@ def test_num_cached_tokens_reported_on_final_outputs(llm):
     ids = list(range(1, 44))  # 43 tokens: two full 16-token blocks a second run can hit
     first, second = (llm.generate([ids], greedy(max_tokens=2), use_tqdm=False)[0] for _ in "ab")
     assert (first.num_cached_tokens, second.num_cached_tokens) == (0, 32)
+
+
+def test_max_logprobs_is_the_engines(llm, checkpoints):
+    """vLLM's `max_logprobs`: 20 by default, checked when a request is added; -1 asks for every
+    token, which an engine without a limit (`max_logprobs=-1`) serves."""
+    with pytest.raises(ValueError, match="at most 20"):
+        llm.generate([[1, 2, 3]], greedy(max_tokens=1, logprobs=21), use_tqdm=False)
+    ckpt = str(checkpoints("qwen3-tiny"))
+    with LLM(ckpt, device="cpu", num_kv_blocks=32, max_logprobs=-1) as big:
+        vocab = big.llm_engine.model_config.vocab_size
+        out = big.generate([[1, 2, 3]], greedy(max_tokens=2, logprobs=-1), use_tqdm=False)[0]
+    assert [len(d) for d in out.outputs[0].logprobs] == [vocab, vocab]  # (1024 in this model)

@@ -12,7 +12,7 @@ from .structured_outputs import GrammarCompiler
 from .token_masks import BadWords, index_bad_words
 
 # %% auto #0
-__all__ = ['load_tokenizer', 'eos_token_ids', 'truncated', 'bad_word_ids', 'bad_words_index', 'admit']
+__all__ = ['load_tokenizer', 'eos_token_ids', 'truncated', 'bad_word_ids', 'bad_words_index', 'checked_logprobs', 'admit']
 
 # %% ../../nbs/engine/13d_admission.ipynb #43f0722d
 def load_tokenizer(model_dir: str):
@@ -57,6 +57,18 @@ def bad_words_index(tokenizer, words: list[str]) -> BadWords:
     "`bad_word_ids` as a step looks them up (`index_bad_words`): made once, read by every choice."
     return index_bad_words(bad_word_ids(tokenizer, words))
 
+# %% ../../nbs/engine/13d_admission.ipynb #a87cbe7c
+def checked_logprobs(params: SamplingParams, vocab_size: int, max_logprobs: int) -> SamplingParams:
+    "`params` with `-1` logprobs as the vocabulary's size; a `ValueError` past `max_logprobs`."
+    for name in ("logprobs", "prompt_logprobs"):
+        if (k := getattr(params, name)) is None:
+            continue
+        n = vocab_size if k == -1 else k
+        if max_logprobs != -1 and n > max_logprobs:
+            raise ValueError(f"{name}={k} asks for {n}: at most {max_logprobs} (max_logprobs)")
+        params = replace(params, **{name: n})
+    return params
+
 # %% ../../nbs/engine/13d_admission.ipynb #7322eea1
 def admit(
     prompt: str | list[int],
@@ -66,6 +78,7 @@ def admit(
     max_model_len: int,
     block_size: int,
     grammars: GrammarCompiler | None = None,  # needed for `structured_outputs`
+    max_logprobs: int = 20,  # the engine's limit (vLLM's default; -1: none)
 ) -> tuple[str | None, Sequence]:
     """`(prompt text, Sequence)` of a request, or a `ValueError` naming what can't be served."""
     if params.n != 1:
@@ -100,6 +113,7 @@ def admit(
         )
     if params.max_tokens is None:  # (vLLM's meaning: up to max_model_len)
         params = replace(params, max_tokens=max_model_len - len(ids))
+    params = checked_logprobs(params, vocab_size, max_logprobs)
     seq = Sequence(ids, params, block_size)
     if params.bad_words:
         seq.bad_words = params.bad_words_index or bad_words_index(tokenizer, params.bad_words)

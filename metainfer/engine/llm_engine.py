@@ -131,8 +131,7 @@ def add_request(
     params: SamplingParams | None = None,
     stream: bool = True,
 ) -> None:
-    """Queue a request; a `ValueError` says why if it can't be served (`stream=False`: text at the
-    end)."""
+    "Queue a request (`stream=False`: its text at the end), or a `ValueError` saying why not."
     params = params or SamplingParams()
     if request_id in self.requests:
         raise ValueError(f"request id {request_id!r} is already in use")
@@ -144,6 +143,7 @@ def add_request(
         self.max_model_len,
         self.config.block_size,
         self.grammars,
+        self.config.max_logprobs,
     )
     ids, params = seq.token_ids, seq.params
     detok = (

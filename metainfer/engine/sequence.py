@@ -14,8 +14,8 @@ from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['MAX_LOGPROBS', 'SAMPLING_EPS', 'INT_FIELDS', 'PENDING', 'RequestOutputKind', 'TokenBias', 'TokenIds',
-           'SamplingParams', 'SequenceStatus', 'Sequence']
+__all__ = ['SAMPLING_EPS', 'INT_FIELDS', 'PENDING', 'RequestOutputKind', 'TokenBias', 'TokenIds', 'SamplingParams',
+           'SequenceStatus', 'Sequence']
 
 # %% ../../nbs/engine/10_sequence.ipynb #6df8a352
 class RequestOutputKind(Enum):
@@ -26,7 +26,6 @@ class RequestOutputKind(Enum):
     FINAL_ONLY = 2  # nothing until the request finishes
 
 # %% ../../nbs/engine/10_sequence.ipynb #10e15c9f
-MAX_LOGPROBS = 20  # alternatives a request may ask for at each position (vLLM's default limit)
 SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's rule): logits / 1e-40 overflow
 # the fields that count things, so take integers only
 INT_FIELDS = ("n", "top_k", "seed", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs")
@@ -151,8 +150,8 @@ class SamplingParams:
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         for name in ("logprobs", "prompt_logprobs"):
-            if (k := getattr(self, name)) is not None and not 0 <= k <= MAX_LOGPROBS:
-                raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {k}")
+            if (k := getattr(self, name)) is not None and k < -1:  # (the upper bound: `admit`)
+                raise ValueError(f"{name} must be >= 0, or -1 for every token, got {k}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2 <= getattr(self, name) <= 2:
                 raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")

@@ -172,7 +172,7 @@ class CompletionRequest(SamplingRequest):
     "POST /v1/completions: a prompt (text or token ids) or a list of them."
 
     prompt: str | Items[int] | Items[str] | Items[Items[int]]
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0)  # (the upper bound: the engine's max_logprobs)
     echo: bool | None = None
     suffix: str | None = None
     add_special_tokens: bool = True  # vLLM's: a text prompt gets the tokenizer's special tokens
@@ -252,7 +252,7 @@ class ChatCompletionRequest(SamplingRequest):
     messages: Items[ChatMessage]
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0)  # (the upper bound: the engine's max_logprobs)
     tools: Items[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None  # (every call the model writes is returned)
