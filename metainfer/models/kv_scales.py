@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import torch
 from torch import nn
 from ..layers.attention import KVScale
 
