@@ -12,9 +12,9 @@ fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); f
 fp8-kv-throughput, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
 free-ckpt: one call (570 s) holds about two of them.
 
-The device image lacks nbdev/fastcore/execnb/ipython (for `nbtest`) and fastapi/uvicorn/pydantic
-(for `serve`): carry them as wheels in the git-ignored `.whl/` (the device README's recipe), e.g.
-from this repo's root:
+The device image lacks fastcore (every stage: the package imports it), nbdev/execnb/ipython (for
+`nbtest`) and fastapi/uvicorn/pydantic (for `serve`): carry them as wheels in the git-ignored
+`.whl/` (the device README's recipe), e.g. from this repo's root:
   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .whl \
@@ -25,11 +25,11 @@ from this repo's root:
     opentelemetry-api
 The device copies the whole working tree, at most 64 MiB with what is carried: the tracked
 tree is ~56 MiB since the trained tiny models (45 MB) are in it, so carry only the wheels a call
-needs: the serve set (fastapi starlette pydantic pydantic-core uvicorn annotated-types
-typing-inspection annotated-doc h11 click anyio sniffio idna llguidance prometheus_client,
-6.3 MiB) or the nbtest set (the nbdev ones above without jedi, 2.8 MiB), e.g. in .whl-serve/,
-carried as [".whl-serve"] and installed from `.whl-serve/*.whl` below. Then start the device
-command with
+needs, fastcore always: the serve set (fastapi starlette pydantic pydantic-core uvicorn
+annotated-types typing-inspection annotated-doc h11 click anyio sniffio idna llguidance
+prometheus_client, 6.3 MiB) or the nbtest set (the nbdev ones above without jedi, 2.8 MiB),
+e.g. in .whl-serve/, carried as [".whl-serve"] and installed from `.whl-serve/*.whl` below.
+Then start the device command with
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
   export PYTHONPATH=$PWD:/tmp/site
 Each stage's JSON/PNG files land under $OUT/results/ (tarred at the end, so any number of files come
