@@ -262,6 +262,28 @@ def test_echo_with_logprobs_scores_the_prompt(llm, client):
     )
 
 
+def test_echo_without_generation_scores_the_prompt_alone(llm, client):
+    """`echo` with `max_tokens: 0` (how lm-evaluation-harness scores a text): the prompt alone, its
+    logprobs as `LLM.generate`'s `prompt_logprobs`, no completion tokens; streamed alike."""
+    prompt = PROMPTS[0]
+    ref = llm.generate(prompt, greedy(1, prompt_logprobs=1), use_tqdm=False)[0]
+    kw = dict(model="tiny", prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+    r = client.completions.create(**kw)
+    c = r.choices[0]
+    assert (c.text, c.finish_reason) == (prompt, "length")
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ref.prompt_token_ids), 0)
+    ids = ref.prompt_token_ids
+    assert c.logprobs.token_logprobs[0] is None
+    assert c.logprobs.token_logprobs[1:] == pytest.approx(
+        [e[t].logprob for t, e in zip(ids[1:], ref.prompt_logprobs[1:])], abs=1e-5
+    )
+    chunks = [ch.choices[0] for ch in client.completions.create(**kw, stream=True)]
+    assert "".join(ch.text for ch in chunks) == prompt and chunks[-1].finish_reason == "length"
+    assert [t for ch in chunks if ch.logprobs for t in ch.logprobs.tokens] == c.logprobs.tokens
+    with pytest.raises(openai.BadRequestError, match="0 only with echo"):
+        client.completions.create(model="tiny", prompt=prompt, max_tokens=0)
+
+
 def test_several_prompts_and_n_choices(llm, client):
     """A list of prompts and `n` give choice `i·n + j` for prompt `i`: greedy ones equal
     `LLM.generate`; seeded samples use seed + j, so the `n` differ; usage counts each prompt once;

@@ -172,6 +172,7 @@ class CompletionRequest(SamplingRequest):
     "POST /v1/completions: a prompt (text or token ids) or a list of them."
 
     prompt: str | Items[int] | Items[str] | Items[Items[int]]
+    max_tokens: int | None = Field(None, ge=0)  # 0: with echo, the prompt alone
     logprobs: int | None = Field(None, ge=0)  # (the upper bound: the engine's max_logprobs)
     echo: bool | None = None
     suffix: str | None = None

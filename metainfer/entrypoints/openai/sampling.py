@@ -267,6 +267,12 @@ def sampling_params(
     if max_tokens is None:  # (a completion's null asks for the room, as a chat's absence does)
         max_tokens = room if chat or "max_tokens" in req.model_fields_set else min(16, room)
     max_tokens = min(max_tokens, defaults.get("max_tokens") or max_tokens)  # (vLLM's cap)
+    if max_tokens == 0:  # a completion's prompt echoed alone: one token made, none shown
+        if not req.echo:
+            raise OpenAIError(
+                "max_tokens must be at least 1 (0 only with echo)", param="max_tokens"
+            )
+        max_tokens = 1
     try:
         return SamplingParams(**defaults | given | dict(max_tokens=max_tokens))
     except ValueError as e:

@@ -4,6 +4,7 @@
 
 # %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #f4b8c2e2
 from __future__ import annotations
+from dataclasses import replace
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from ...engine.outputs import RequestOutput
@@ -30,7 +31,7 @@ from metainfer.entrypoints.openai.streaming import (
 )
 
 # %% auto #0
-__all__ = ['best_of', 'completions']
+__all__ = ['best_of', 'echo_only', 'prompt_only', 'PromptOnly', 'completions']
 
 # %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #c354fa1a
 def best_of(
@@ -67,11 +68,50 @@ def _whole_choice(
         o.stop_reason,
     ) | ({"prompt_token_ids": out.prompt_token_ids} if ids else {})
 
+# %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #acae54e37e7d407bbb7b55eff062a284
+def echo_only(req: CompletionRequest) -> bool:
+    "Whether `req` asks for its prompts echoed and nothing else (`echo`, `max_tokens: 0`)."
+    return bool(req.echo) and req.max_tokens == 0
+
+
+def prompt_only(out: RequestOutput) -> RequestOutput:
+    """`out` with an empty completion (its one sampled token hidden), finished for `length` when
+    `out` is: what an `echo_only` request shows of it."""
+    o = out.outputs[0]
+    empty = replace(
+        o,
+        text="",
+        token_ids=[],
+        cumulative_logprob=None if o.cumulative_logprob is None else 0.0,
+        logprobs=None if o.logprobs is None else [],
+        finish_reason="length" if out.finished else None,
+        stop_reason=None,
+    )
+    return replace(out, outputs=[empty])
+
+
+class PromptOnly:
+    "A choice's stream of `prompt_only` outputs; aborted, read and waited on as the stream is."
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        return prompt_only(await self.stream.__anext__())
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
 # %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #191a58cc
 async def completions(request: Request):
     req, model, choices, rid = await submit(request, CompletionRequest, completion_prompts, "cmpl")
     tokenizer, head = server_state(request).tokenizer, response_head(rid, model, "text_completion")
     echoes = echo_texts(req, tokenizer)
+    if echo_only(req):
+        choices = [replace(c, stream=PromptOnly(c.stream)) for c in choices]
     if req.stream:
         return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
     outs = with_prompt_logprobs(choices, await final_outputs(choices, request))
