@@ -104,7 +104,7 @@ HONOURED = {  # fields this server implements (their effects: the other tests)
     *"guided_whitespace_pattern guided_decoding_backend response_format".split(),
     *"max_completion_tokens logprobs top_logprobs tools tool_choice parallel_tool_calls".split(),
     *"chat_template_kwargs add_generation_prompt continue_final_message echo best_of".split(),
-    *"request_id add_special_tokens".split(),
+    *"request_id add_special_tokens return_tokens_as_token_ids".split(),
 }
 # honoured in completions only: the prompt comes back; its special tokens (a chat's: the template's)
 REFUSED_IN_CHAT = {"echo", "add_special_tokens"}

@@ -689,6 +689,39 @@ def test_response_id_named_by_the_client(client):
     assert len(ids) == 2 and all(i.startswith("cmpl-") and len(i) == 5 + 32 for i in ids)
 
 
+def test_vllm_response_flags(ckpt):
+    """`--return-tokens-as-token-ids` (a request's `false` wins), `--enable-prompt-tokens-details`
+    (a repeated prompt's cached tokens) and `--enable-force-include-usage`, as vLLM's."""
+    engine = AsyncLLMEngine.from_engine_args(
+        str(ckpt), dtype="float32", device="cpu", num_kv_blocks=128, max_model_len=MAX_MODEL_LEN
+    )
+    flags = dict(
+        return_tokens_as_token_ids=True,
+        enable_prompt_tokens_details=True,
+        enable_force_include_usage=True,
+    )
+    try:
+        with ServerThread(build_app(engine, ["tiny"], **flags)) as srv:
+            c = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="none")
+            prompt = "The prefix cache keeps full blocks of this prompt for the next request. " * 4
+            kw = dict(model="tiny", prompt=prompt, max_tokens=2, logprobs=1)
+            r = c.completions.create(**kw)
+            assert all(t.startswith("token_id:") for t in r.choices[0].logprobs.tokens)
+            mine = c.completions.create(**kw, extra_body={"return_tokens_as_token_ids": False})
+            assert not any(t.startswith("token_id:") for t in mine.choices[0].logprobs.tokens)
+            assert r.usage.prompt_tokens_details.cached_tokens == 0
+            assert mine.usage.prompt_tokens_details.cached_tokens > 0
+            chunks = list(c.completions.create(**kw, stream=True))
+            assert chunks[-1].usage.completion_tokens == 2 and not chunks[-1].choices
+            chat = c.chat.completions.create(
+                model="tiny", messages=CHAT[0], max_tokens=1, logprobs=True, top_logprobs=1
+            )
+            assert chat.choices[0].logprobs.content[0].token.startswith("token_id:")
+            assert chat.usage.prompt_tokens_details is not None
+    finally:
+        engine.shutdown()
+
+
 def test_continuous_usage_needs_include_usage(client):
     """vLLM's rule: `continuous_usage_stats` puts the usage so far in each chunk only beside
     `include_usage`; alone, it asks for nothing."""

@@ -121,6 +121,9 @@ def build_app(
     chat_template: str | None = None,  # replaces the tokenizer's (`--chat-template`)
     log_requests: bool = False,  # log each request (`--enable-log-requests`)
     cors: dict | None = None,  # `CORSMiddleware`'s options (default: any origin, no credentials)
+    return_tokens_as_token_ids: bool = False,  # vLLM's flags of the same names (`ServerState`)
+    enable_prompt_tokens_details: bool = False,
+    enable_force_include_usage: bool = False,
 ) -> FastAPI:
     "The FastAPI app serving `engine` under OpenAI's routes."
     _check_reasoning_parser(reasoning_parser)
@@ -142,6 +145,9 @@ def build_app(
         tool_format=TOOL_FORMATS[tool_call_parser],
         log_requests=log_requests,
         metrics=ServerMetrics(names[0], engine.max_model_len),
+        return_tokens_as_token_ids=return_tokens_as_token_ids,
+        enable_prompt_tokens_details=enable_prompt_tokens_details,
+        enable_force_include_usage=enable_force_include_usage,
     )
     engine.observers.append(st.metrics)
     _add_routes(app)
@@ -208,6 +214,9 @@ def _serve_app(args, engine: AsyncLLMEngine, names: list[str], template: str | N
         chat_template=template,
         log_requests=args.log_requests,
         cors=cors_options(args),
+        return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+        enable_force_include_usage=args.enable_force_include_usage,
     )
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #eb2aea15

@@ -124,6 +124,21 @@ def _behaviour_flags(p: argparse.ArgumentParser) -> None:
         "server's CPU, so only for trusted clients)",
     )
     p.add_argument(
+        "--return-tokens-as-token-ids",
+        action="store_true",
+        help="logprobs name tokens 'token_id:{id}' (vLLM's; a request's field may say otherwise)",
+    )
+    p.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="usage has prompt_tokens_details.cached_tokens: prompt tokens the prefix cache held",
+    )
+    p.add_argument(
+        "--enable-force-include-usage",
+        action="store_true",
+        help="every streamed response ends with its usage, as stream_options.include_usage asks",
+    )
+    p.add_argument(
         "--shutdown-timeout",
         type=float,
         default=30,

@@ -29,14 +29,17 @@ async def text_deltas(stream: RequestStream) -> AsyncIterator[tuple[str, int, Re
         sent_text, sent_ids = len(c.text), len(c.token_ids)
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #4376f6e2
-def usage(outs: list[RequestOutput], n: int = 1) -> dict:
+def usage(outs: list[RequestOutput], n: int = 1, cached: bool = False) -> dict:
     """The token counts of a response's choices (in order): each prompt once (its `n` choices share
-    it), every completion."""
+    it), every completion; `cached`: with the prompt tokens found in the prefix cache (vLLM's
+    `--enable-prompt-tokens-details`)."""
     p, c = (
         sum(len(o.prompt_token_ids) for o in outs[::n]),
         sum(len(o.outputs[0].token_ids) for o in outs),
     )
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    found = sum(o.num_cached_tokens for o in outs[::n])
+    details = {"prompt_tokens_details": {"cached_tokens": found}} if cached else {}
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c} | details
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #ed3f8a56
 def response_head(rid: str, model: str, obj: str) -> dict:
@@ -83,8 +86,11 @@ def sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #8a3029f0
-def _token_text(token_id: int, lp: Logprob) -> str:
-    return lp.decoded_token if lp.decoded_token is not None else f"token_id:{token_id}"
+def _token_text(token_id: int, lp: Logprob, as_id: bool = False) -> str:
+    "A logprob's token as text, or as `token_id:{id}` (`as_id`, or where it has no text)."
+    return (
+        lp.decoded_token if lp.decoded_token is not None and not as_id else f"token_id:{token_id}"
+    )
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #473dc8f6
 def _finite(x: float) -> float:
@@ -92,7 +98,11 @@ def _finite(x: float) -> float:
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #df37ec9e
 def completion_logprobs(
-    ids: list[int], entries: list[dict[int, Logprob] | None], offset: int = 0, tokenizer=None
+    ids: list[int],
+    entries: list[dict[int, Logprob] | None],
+    offset: int = 0,
+    tokenizer=None,
+    as_ids: bool = False,  # tokens as `token_id:{id}` (vLLM's `return_tokens_as_token_ids`)
 ) -> dict:
     """The legacy completions `logprobs` of tokens `ids`; `offset`: the text offset of the first. An
     entry `None` (an echoed prompt's first token, which nothing predicts) has no logprobs, and its
@@ -100,8 +110,8 @@ def completion_logprobs(
 
     def text(t, e):
         if e is not None:
-            return _token_text(t, e[t])
-        return tokenizer.decode([t]) if tokenizer is not None else f"token_id:{t}"
+            return _token_text(t, e[t], as_ids)
+        return tokenizer.decode([t]) if tokenizer is not None and not as_ids else f"token_id:{t}"
 
     tokens = [text(t, e) for t, e in zip(ids, entries)]
     return {
@@ -110,18 +120,22 @@ def completion_logprobs(
             None if e is None else _finite(e[t].logprob) for t, e in zip(ids, entries)
         ],
         "top_logprobs": [
-            None if e is None else {_token_text(t, lp): _finite(lp.logprob) for t, lp in e.items()}
+            None
+            if e is None
+            else {_token_text(t, lp, as_ids): _finite(lp.logprob) for t, lp in e.items()}
             for e in entries
         ],
         "text_offset": list(accumulate(map(len, tokens[:-1]), initial=offset)) if tokens else [],
     }
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #207c6f60
-def chat_logprobs(ids: list[int], entries: list[dict[int, Logprob]], top: int) -> dict:
+def chat_logprobs(
+    ids: list[int], entries: list[dict[int, Logprob]], top: int, as_ids: bool = False
+) -> dict:
     "The chat `logprobs` of tokens `ids`, with the `top` likeliest tokens at each."
 
     def item(t: int, lp: Logprob) -> dict:
-        text = _token_text(t, lp)
+        text = _token_text(t, lp, as_ids)
         return {"token": text, "logprob": _finite(lp.logprob), "bytes": list(text.encode())}
 
     likeliest = lambda e: sorted(e.items(), key=lambda kv: -kv[1].logprob)[:top]
@@ -146,12 +160,16 @@ def choice_logprobs(
     c = out.outputs[0]
     if c.logprobs is None:
         return None
-    ids, entries = c.token_ids[start:], c.logprobs[start:]
+    ids, entries, as_ids = (
+        c.token_ids[start:],
+        c.logprobs[start:],
+        bool(req.return_tokens_as_token_ids),
+    )
     if isinstance(req, ChatCompletionRequest):
-        return chat_logprobs(ids, entries, req.top_logprobs or 0)
+        return chat_logprobs(ids, entries, req.top_logprobs or 0, as_ids)
     if echo:
         ids, entries = out.prompt_token_ids + ids, out.prompt_logprobs + entries
-    return completion_logprobs(ids, entries, offset, tokenizer)
+    return completion_logprobs(ids, entries, offset, tokenizer, as_ids)
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #306e468b
 def echo_texts(req: SamplingRequest, tokenizer) -> list[str] | None:

@@ -20,8 +20,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['INT64', 'Items', 'MAX_ERRORS_SHOWN', 'OpenAIError', 'OpenAIModel', 'StreamOptions', 'SamplingRequest', 'declared',
-           'error_loc', 'validation_error', 'parse_request', 'CompletionRequest', 'ContentPart', 'FunctionDefinition',
-           'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage', 'FunctionName', 'NamedToolChoice',
+           'with_server_defaults', 'error_loc', 'validation_error', 'parse_request', 'CompletionRequest', 'ContentPart',
+           'FunctionDefinition', 'Tool', 'FunctionCall', 'ToolCall', 'ChatMessage', 'FunctionName', 'NamedToolChoice',
            'ChatCompletionRequest', 'TokenizeRequest', 'DetokenizeRequest']
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #716a3d55
@@ -111,6 +111,7 @@ class SamplingRequest(OpenAIModel):
     include_stop_str_in_output: bool | None = None  # vLLM's
     skip_special_tokens: bool | None = None  # vLLM's
     return_token_ids: bool | None = None  # vLLM's: prompt and completion token ids in responses
+    return_tokens_as_token_ids: bool | None = None  # vLLM's: logprobs' tokens as "token_id:{id}"
     user: str | None = None
     # vLLM's: the response's id (an X-Request-Id header wins); short, as every chunk repeats it
     request_id: str | None = Field(None, max_length=256)
@@ -134,6 +135,19 @@ class SamplingRequest(OpenAIModel):
 def declared(req: BaseModel, name: str) -> Any:
     "`req`'s field `name` where its type has one, else `None` (a kept extra field is not read)."
     return getattr(req, name) if name in type(req).model_fields else None
+
+# %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #9fb71d21
+def with_server_defaults(req: OpenAIModel, tokens_as_ids: bool, force_usage: bool) -> OpenAIModel:
+    """`req` with `return_tokens_as_token_ids` where it leaves it out (`tokens_as_ids`) and,
+    streamed, `stream_options.include_usage` (`force_usage`)."""
+    fields = type(req).model_fields
+    if tokens_as_ids and "return_tokens_as_token_ids" in fields:
+        if req.return_tokens_as_token_ids is None:
+            req.return_tokens_as_token_ids = True
+    if force_usage and "stream_options" in fields and req.stream:
+        opts = req.stream_options or StreamOptions()
+        req.stream_options = opts.model_copy(update=dict(include_usage=True))
+    return req
 
 # %% ../../../nbs/entrypoints/openai/16a_protocol.ipynb #69905bb6
 def error_loc(err: dict) -> str:

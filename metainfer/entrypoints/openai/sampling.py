@@ -54,7 +54,6 @@ UNSUPPORTED = {
     "mm_processor_kwargs": _asked,
     "media_io_kwargs": _asked,
     "documents": _asked,
-    "return_tokens_as_token_ids": _asked,
     "prompt_embeds": _asked,
 }
 

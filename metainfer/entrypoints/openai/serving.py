@@ -23,6 +23,7 @@ from metainfer.entrypoints.openai.protocol import (
     OpenAIModel,
     SamplingRequest,
     parse_request,
+    with_server_defaults,
 )
 from metainfer.entrypoints.openai.sampling import (
     candidates_per_prompt,
@@ -54,6 +55,11 @@ class ServerState:
     log_requests: bool = False  # log each request's id, prompt lengths and sampling parameters
     metrics: Any = None  # the app's `ServerMetrics`
     tool_format: ToolFormat = TOOL_FORMATS["hermes"]  # how the model writes tool calls
+    # vLLM's flags: logprobs' tokens as ids unless a request says; usage with cached tokens; every
+    # streamed response ends with a usage chunk
+    return_tokens_as_token_ids: bool = False
+    enable_prompt_tokens_details: bool = False
+    enable_force_include_usage: bool = False
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #646223ec
 def keeps_tool_tags(st: ServerState, req) -> bool:
@@ -114,7 +120,10 @@ async def read_request(request: Request, cls: type[OpenAIModel]):
     event loop, so a large bad body never stalls other clients."""
     st = server_state(request)
     body = await read_body(request, st.max_body_bytes)
-    return st, await st.body_parser.parse(cls, body)
+    req = await st.body_parser.parse(cls, body)
+    return st, with_server_defaults(
+        req, st.return_tokens_as_token_ids, st.enable_force_include_usage
+    )
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #75b5b91c
 def check_request(st: ServerState, req) -> None:

@@ -69,17 +69,18 @@ async def chat_completions(request: Request):
     req, model, choices, rid = await submit(
         request, ChatCompletionRequest, chat_prompt, "chatcmpl", output_parser
     )
+    st = server_state(request)
+    cached = st.enable_prompt_tokens_details
     if req.stream:
-        return event_stream(
-            stream_events(choices, req, response_head(rid, model, "chat.completion.chunk")), choices
-        )
+        head = response_head(rid, model, "chat.completion.chunk")
+        return event_stream(stream_events(choices, req, head, cached=cached), choices)
     outs, ids = await final_outputs(choices, request), req.return_token_ids
-    reasoning = server_state(request).reasoning_parser is not None
+    reasoning = st.reasoning_parser is not None
     return JSONResponse(
         response_head(rid, model, "chat.completion")
         | {
             "choices": [_whole_choice(req, reasoning, c, o) for c, o in zip(choices, outs)],
-            "usage": usage(outs, req.n or 1),
+            "usage": usage(outs, req.n or 1, cached),
         }
         | ({"prompt_token_ids": outs[0].prompt_token_ids} if ids else {})
     )

@@ -108,12 +108,14 @@ class PromptOnly:
 # %% ../../../nbs/entrypoints/openai/16g_serving_completion.ipynb #191a58cc
 async def completions(request: Request):
     req, model, choices, rid = await submit(request, CompletionRequest, completion_prompts, "cmpl")
-    tokenizer, head = server_state(request).tokenizer, response_head(rid, model, "text_completion")
+    st, head = server_state(request), response_head(rid, model, "text_completion")
+    tokenizer, cached = st.tokenizer, st.enable_prompt_tokens_details
     echoes = echo_texts(req, tokenizer)
     if echo_only(req):
         choices = [replace(c, stream=PromptOnly(c.stream)) for c in choices]
     if req.stream:
-        return event_stream(stream_events(choices, req, head, echoes, tokenizer), choices)
+        events = stream_events(choices, req, head, echoes, tokenizer, cached)
+        return event_stream(events, choices)
     outs = with_prompt_logprobs(choices, await final_outputs(choices, request))
     kept = best_of(list(zip(choices, outs)), req.n or 1, candidates_per_prompt(req))
     return JSONResponse(
@@ -122,6 +124,6 @@ async def completions(request: Request):
             "choices": [
                 _whole_choice(req, echoes, tokenizer, i, c, o) for i, (c, o) in enumerate(kept)
             ],
-            "usage": usage(outs, candidates_per_prompt(req)),
+            "usage": usage(outs, candidates_per_prompt(req), cached),
         }
     )  # (every completion made counts)

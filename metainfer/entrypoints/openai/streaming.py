@@ -171,6 +171,7 @@ async def stream_events(
     head: dict,
     echoes: list[str] | None = None,
     tokenizer=None,
+    cached: bool = False,  # usage with the prompt tokens found in the prefix cache (`usage`)
 ) -> AsyncIterator[str]:
     "The SSE events of a streaming response: its choices' chunks as they come, then `data: [DONE]`."
     chat, last, opts = head["object"] == "chat.completion.chunk", {}, req.stream_options
@@ -184,12 +185,16 @@ async def stream_events(
                 head
                 | {"choices": [choice]}
                 | ({"prompt_token_ids": out.prompt_token_ids} if prompt_ids and out else {})
-                | ({"usage": usage([so_far])} if so_far else {})
+                | ({"usage": usage([so_far], 1, cached)} if so_far else {})
             )
             prompt_ids = prompt_ids and out is None
         if opts and opts.include_usage and len(last) == len(choices):
             yield sse(
-                head | {"choices": [], "usage": usage([last[c.index] for c in choices], req.n or 1)}
+                head
+                | {
+                    "choices": [],
+                    "usage": usage([last[c.index] for c in choices], req.n or 1, cached),
+                }
             )
     except EngineError as e:
         yield sse(OpenAIError(str(e), 503, "engine_unavailable", type="server_error").body())
