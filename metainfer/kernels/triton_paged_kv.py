@@ -6,10 +6,10 @@
 from __future__ import annotations  # noqa: F404
 from torch import Tensor
 from ..layers.attention import KVScale
-from .triton_launch import jit, next_pow2, pdl, pdl_sync, tl
+from .triton_launch import interpreting, jit, next_pow2, pdl, pdl_sync, tl
 
 # %% auto #0
-__all__ = ['store_kv']
+__all__ = ['NATIVE_FP8', 'store_kv']
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #a66cd488
 @jit
@@ -108,6 +108,33 @@ def store_kv(
         num_warps=1,
     )
 
+# %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #52c9f676
+NATIVE_FP8 = tl.constexpr(not interpreting())  # FP8 tiles converted by PTX (not the interpreter)
+
+
+@jit
+def _fp8_rows(ptr, row, valid, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """FP8 rows `ptr + row` `[BLOCK_N, BLOCK_D]` (zeros where not `valid`) in float16: read four
+    codes a word, converted two at a time."""
+    w = tl.arange(0, BLOCK_D // 4)
+    words = ptr.to(tl.pointer_type(tl.int32), bitcast=True) + (row // 4)[:, None] + w[None, :]
+    x = tl.load(words, mask=valid[:, None] & (w < HEAD_DIM // 4)[None, :], other=0)
+    c0, c1, c2, c3 = tl.inline_asm_elementwise(  # a word's codes, lowest byte first
+        """{ .reg .b16 lo, hi; .reg .b32 h01, h23;
+        mov.b32 {lo, hi}, $4;
+        cvt.rn.f16x2.e4m3x2 h01, lo;
+        cvt.rn.f16x2.e4m3x2 h23, hi;
+        mov.b32 {$0, $1}, h01;
+        mov.b32 {$2, $3}, h23; }""",
+        "=h,=h,=h,=h,r",
+        [x],
+        dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
+        is_pure=True,
+        pack=1,
+    )
+    four = tl.join(tl.join(c0, c2), tl.join(c1, c3))  # [..., x, y] = code 2x + y of the word
+    return tl.reshape(four, [row.shape[0], BLOCK_D])
+
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #b761ee99
 @jit
 def _kv_tile(
@@ -128,18 +155,26 @@ def _kv_tile(
     through its block table."""
     d = tl.arange(0, BLOCK_D)
     page = tl.load(table_ptr + n // PAGE, mask=valid, other=0).to(tl.int64)
-    offs = (page * stride_cb + (n % PAGE) * stride_ct + kv_head * stride_ch)[:, None] + d[None, :]
-    kv_mask = valid[:, None] & (d < HEAD_DIM)[None, :]
-    return tl.load(k_cache_ptr + offs, mask=kv_mask, other=0.0), tl.load(
-        v_cache_ptr + offs, mask=kv_mask, other=0.0
-    )
+    row = page * stride_cb + (n % PAGE) * stride_ct + kv_head * stride_ch
+    # an FP8 pool's rows of whole words, in float16
+    if NATIVE_FP8 and HEAD_DIM % 4 == 0 and k_cache_ptr.dtype.element_ty == tl.float8e4nv:
+        k = _fp8_rows(k_cache_ptr, row, valid, HEAD_DIM, BLOCK_D)
+        v = _fp8_rows(v_cache_ptr, row, valid, HEAD_DIM, BLOCK_D)
+    else:
+        kv_mask = valid[:, None] & (d < HEAD_DIM)[None, :]
+        k = tl.load(k_cache_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    return k, v
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #5d96fb22
 @jit
 def _softmax_step(q, m, l, acc, k, v, keep, qk_scale, PRECISION: tl.constexpr):
     """Fold one K/V tile into the online softmax of `q` `[M, D]`; `keep` `[M, BLOCK_N]` says which
     scores count."""
-    k, v = k.to(q.dtype), v.to(q.dtype)  # an FP8 pool's tiles in the queries' dtype
+    if k.dtype == tl.float16 and q.dtype == tl.bfloat16:  # an FP8 pool's tiles (`_fp8_rows`)
+        q = q.to(tl.float16)
+    else:  # (an FP8 pool's, on the interpreter: in the queries' dtype)
+        k, v = k.to(q.dtype), v.to(q.dtype)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [M, BLOCK_N], base-2 logits
     s = tl.where(keep, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
