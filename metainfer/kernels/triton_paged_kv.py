@@ -9,7 +9,7 @@ from ..layers.attention import KVScale
 from .triton_launch import interpreting, jit, next_pow2, pdl, pdl_sync, tl
 
 # %% auto #0
-__all__ = ['NATIVE_FP8', 'store_kv']
+__all__ = ['store_kv']
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #a66cd488
 @jit
@@ -109,7 +109,7 @@ def store_kv(
     )
 
 # %% ../../nbs/kernels/07a_triton_paged_kv.ipynb #52c9f676
-NATIVE_FP8 = tl.constexpr(not interpreting())  # FP8 tiles converted by PTX (not the interpreter)
+_NATIVE_FP8 = tl.constexpr(not interpreting())  # FP8 tiles converted by PTX (not the interpreter)
 
 
 @jit
@@ -157,7 +157,7 @@ def _kv_tile(
     page = tl.load(table_ptr + n // PAGE, mask=valid, other=0).to(tl.int64)
     row = page * stride_cb + (n % PAGE) * stride_ct + kv_head * stride_ch
     # an FP8 pool's rows of whole words, in float16
-    if NATIVE_FP8 and HEAD_DIM % 4 == 0 and k_cache_ptr.dtype.element_ty == tl.float8e4nv:
+    if _NATIVE_FP8 and HEAD_DIM % 4 == 0 and k_cache_ptr.dtype.element_ty == tl.float8e4nv:
         k = _fp8_rows(k_cache_ptr, row, valid, HEAD_DIM, BLOCK_D)
         v = _fp8_rows(v_cache_ptr, row, valid, HEAD_DIM, BLOCK_D)
     else:

@@ -15,7 +15,7 @@ from metainfer.kernels.triton_decode import paged_decode
 from metainfer.kernels import triton_paged_kv
 
 if sys.argv[2:] == ["old"]:
-    triton_paged_kv.NATIVE_FP8 = triton_paged_kv.tl.constexpr(False)
+    triton_paged_kv._NATIVE_FP8 = triton_paged_kv.tl.constexpr(False)
 
 dev, label = torch.device("cuda"), sys.argv[1]
 path = f"{os.environ.get('OUT', '/tmp')}/decode-fp8-pool.json"
