@@ -263,8 +263,9 @@ def test_echo_with_logprobs_scores_the_prompt(llm, client):
 
 
 def test_echo_without_generation_scores_the_prompt_alone(llm, client):
-    """`echo` with `max_tokens: 0` (how lm-evaluation-harness scores a text): the prompt alone, its
-    logprobs as `LLM.generate`'s `prompt_logprobs`, no completion tokens; streamed alike."""
+    """`echo` with `max_tokens: 0` (OpenAI's old way to score a text, served by vLLM): the prompt
+    alone, its logprobs as `LLM.generate`'s `prompt_logprobs`, no completion tokens; streamed
+    alike."""
     prompt = PROMPTS[0]
     ref = llm.generate(prompt, greedy(1, prompt_logprobs=1), use_tqdm=False)[0]
     kw = dict(model="tiny", prompt=prompt, max_tokens=0, echo=True, logprobs=1)

@@ -135,8 +135,9 @@ def chat_logprobs(
     "The chat `logprobs` of tokens `ids`, with the `top` likeliest tokens at each."
 
     def item(t: int, lp: Logprob) -> dict:
-        text = _token_text(t, lp, as_ids)
-        return {"token": text, "logprob": _finite(lp.logprob), "bytes": list(text.encode())}
+        text = _token_text(t, lp, as_ids)  # (`bytes`: the token's own, if it has text)
+        raw = _token_text(t, lp).encode()
+        return {"token": text, "logprob": _finite(lp.logprob), "bytes": list(raw)}
 
     likeliest = lambda e: sorted(e.items(), key=lambda kv: -kv[1].logprob)[:top]
     return {
