@@ -9,8 +9,8 @@ import os
 import random
 import sys
 import torch
-from graph_timing import graph_us
-from metainfer.layers.attention import KVScale, TorchAttention, make_metadata, to_cache
+from graph_timing import graph_us, paged_batch
+from metainfer.layers.attention import KVScale, TorchAttention, to_cache
 from metainfer.kernels.triton_decode import paged_decode
 from metainfer.kernels import triton_paged_kv
 
@@ -24,15 +24,7 @@ rng = random.Random(0)
 H, Hk, D, bs = 32, 8, 128, 16
 for B, grown in ((1, 300), (64, 300), (256, 0), (256, 500)):
     ctx = [rng.randint(100, 1024) + grown for _ in range(B)]
-    n_blocks = [-(-c // bs) for c in ctx]
-    ids = torch.randperm(sum(n_blocks) + 8).tolist()
-    tables = [ids[sum(n_blocks[:i]) : sum(n_blocks[: i + 1])] for i in range(B)]
-    kc = torch.randn(len(ids), bs, Hk, D, device=dev, dtype=torch.bfloat16)
-    vc = torch.randn_like(kc)
-    _, meta = make_metadata(tables, ctx, [1] * B, bs, False, dev)
-    meta.max_seqlen_k = 40960
-    q = torch.randn(B, H, D, device=dev, dtype=torch.bfloat16)
-    k, v = (torch.randn(B, Hk, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    kc, vc, meta, q, k, v = paged_batch(ctx, dev, H, Hk, D, bs)
     for pool in ("bf16", "fp8"):
         kz, vz = (x if pool == "bf16" else to_cache(x, torch.float8_e4m3fn) for x in (kc, vc))
         ref = TorchAttention.decode(

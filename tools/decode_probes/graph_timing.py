@@ -28,3 +28,19 @@ def graph_us(fn, reps: int, iters: int) -> float:
         torch.cuda.synchronize()
         ts.append(a.elapsed_time(b) * 1e3 / iters / reps)
     return sorted(ts)[2]
+
+
+def paged_batch(ctx: list[int], dev, H: int = 32, Hk: int = 8, D: int = 128, bs: int = 16):
+    """A decode batch at Qwen3-8B's shapes over contexts `ctx`, its pages scattered: `(K pool, V
+    pool, metadata with max_seqlen_k 40,960 as the graphs take it, q, new k, new v)`, bf16."""
+    from metainfer.layers.attention import make_metadata
+
+    B, n_blocks = len(ctx), [-(-c // bs) for c in ctx]
+    ids = torch.randperm(sum(n_blocks) + 8).tolist()
+    tables = [ids[sum(n_blocks[:i]) : sum(n_blocks[: i + 1])] for i in range(B)]
+    kc = torch.randn(len(ids), bs, Hk, D, device=dev, dtype=torch.bfloat16)
+    _, meta = make_metadata(tables, ctx, [1] * B, bs, False, dev)
+    meta.max_seqlen_k = 40960
+    q = torch.randn(B, H, D, device=dev, dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Hk, D, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    return kc, torch.randn_like(kc), meta, q, k, v

@@ -17,11 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
-from metainfer.kernels import triton_gemv as old
 from metainfer.kernels.triton_launch import cdiv
-from metainfer.layers.fp8 import Fp8Weight, expand_scale, quantize_fp8
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
+from metainfer.layers.fp8 import quantize_fp8
+from gemv_mma import DEV, SHAPES, gemv_launcher, graph_us, weights  # the first probe's helpers
 
 
 @triton.jit
@@ -115,39 +113,6 @@ def tc_launcher(x, fw, out, tiles, pdl, one_row):
     return go
 
 
-def gemv_launcher(x, fw, pdl):
-    "The package's FP8 GEMV as the engine calls it (`gemv`, its own tiles)."
-    pdl = pdl and DEV == "cuda"
-    return lambda w, s: old.gemv(x, Fp8Weight(w, s, fw.group), use_pdl=pdl)
-
-
-def graph_us(calls, reps=3):
-    """µs per launch of `calls` (thunks) captured in one CUDA graph, best of `reps`."""
-    for c in calls[:2]:
-        c()
-    if DEV == "cpu":
-        return 1.0
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    g.replay()
-    torch.cuda.synchronize()
-    best = 1e9
-    for _ in range(reps):
-        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        best = min(best, s.elapsed_time(e) * 1e3 / len(calls))
-    return best
-
-
-SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}
-if DEV == "cpu":
-    SHAPES = {k: (n // 64, k_ // 32) for k, (n, k_) in SHAPES.items()}
 TILES = [
     dict(BLOCK_N=bn, num_warps=nw, num_stages=ns)
     for bn, nw, ns in (
@@ -162,13 +127,6 @@ TILES = [
 ]
 if DEV == "cpu":
     TILES = TILES[:2]
-
-
-def weights(N, K, block, copies):
-    w = torch.randn(N, K, device=DEV) * 0.02
-    q, s = quantize_fp8(w, (128, 128) if block else (1, K))
-    fw = Fp8Weight(q, expand_scale(s, 128 if block else 1, N), 128 if block else K)
-    return fw, [(fw.data.clone(), fw.scale.clone()) for _ in range(copies)]
 
 
 def reference(x, fw):
