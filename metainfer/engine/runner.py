@@ -80,8 +80,8 @@ def _load_model(self: ModelRunner) -> None:
     scheme = use_fp8_weights(self.model, config.model, model_config.hf, config.quantization)
     load_weights(self.model, config.model, self.tp.rank == 0, scheme)
     if self.kv_dtype.itemsize == 1:  # only an FP8 pool uses a checkpoint's KV-cache scales
-        skip = getattr(self.model, "skip_checkpoint_keys", lambda name: False)
-        scales = read_kv_scales(Checkpoint(config.model), skip)
+        # (the tensors `load_weights` skips: DeepSeek's MTP layers')
+        scales = read_kv_scales(Checkpoint(config.model), self.model.skip_checkpoint_keys)
         use_kv_scales(self.model, scales, checkpoint_kv_cache_dtype(model_config.hf) is not None)
     if scheme is not None and self.device.type == "cuda":
         prepare_fp8_gemms(self.model, self.device)
