@@ -9,7 +9,7 @@ deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepsee
 deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
-fp8-kv-throughput, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
+fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
 free-ckpt: one call (570 s) holds about two of them.
 
 The device image lacks fastcore (every stage: the package imports it), nbdev/execnb/ipython (for
@@ -844,6 +844,13 @@ def stage_fp8_kv():
     stage_fp8_kv_throughput(" --profile")
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-kvfp8-b1 {kv}")
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1")
+
+
+def stage_fp8_kv_ab():
+    "Stage fp8-kv-throughput's `--kv-cache-dtype fp8` run with each `older_packages()`."
+    fp8, kv = fp8_checkpoint("Qwen3-8B"), "--kv-cache-dtype fp8"
+    for at in older_packages():
+        bench(f"throughput {fp8} --name throughput-qwen3-8b-fp8-kvfp8-at-{at.name} {kv}", 150, at)
 
 
 def stage_fp8_kv_deepseek():

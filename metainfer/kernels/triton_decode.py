@@ -30,9 +30,9 @@ def paged_decode(
     kv_scale: KVScale = KVScale(),  # the pools hold k / kv_scale.k and v / kv_scale.v
     num_splits: int | None = None,  # most pieces per context; `decode_splits` when None
     min_split: int = 32,  # fewest tokens per piece (rounded up to `block_n`)
-    block_n: int | None = None,  # cached tokens per K/V tile (None: 64 for a full batch, else 32)
+    block_n: int | None = None,  # cached tokens per K/V tile (None: see the code)
     num_warps: int = 4,
-    num_stages: int = 2,  # Triton launch options
+    num_stages: int | None = None,  # Triton's pipeline depth (None: 3 for 128-token tiles, else 2)
     use_pdl: bool = True,
 ) -> Tensor:
     "Store each sequence's new K/V, and attend its one query to its whole context: `[B, H, D]`."
@@ -45,8 +45,11 @@ def paged_decode(
         (r.cos_sin_cache.stride(0), r.cos_sin_cache.shape[-1] // 2) if rope else (0, 1)
     )
     S = num_splits or decode_splits(B, Hk, meta.max_seqlen_k, q.device)
-    if block_n is None:  # 64 once the (bucketed) batch alone fills the GPU, whatever its contexts
+    if block_n is None:  # 64 once the (bucketed) batch alone fills the GPU, whatever its contexts,
+        # else 32; twice that from a one-byte (FP8) pool, so a tile holds as many bytes
         block_n = 64 if decode_splits(B, Hk, 1 << 30, q.device) == 1 else 32
+        block_n *= 2 if k_cache.element_size() == 1 else 1
+    num_stages = num_stages or (3 if block_n >= 128 else 2)
     out = torch.empty_like(q)
     part_acc = part_m = part_l = counters = None
     if S > 1:
