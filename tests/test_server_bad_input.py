@@ -628,3 +628,12 @@ def test_bad_words_are_served_within_the_limit(http):
     r = http.post(CMPL, headers=AUTH, json=body | {"bad_words": words})
     assert r.status_code == 200, r.text
     assert word not in r.json()["choices"][0]["text"].split(), (free, r.json())
+
+
+def test_engine_refusals_name_their_field(http):
+    """What only the engine checks (`max_logprobs`) comes back as a 400 naming the request field
+    at fault, as the server's own checks do (a prompt too long for the context)."""
+    r = http.post(CMPL, headers=AUTH, json={"prompt": "x", "logprobs": 21})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs", r.text
+    r = http.post(CMPL, headers=AUTH, json={"prompt": [1] * 300, "max_tokens": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text

@@ -12,7 +12,16 @@ from .structured_outputs import GrammarCompiler
 from .token_masks import BadWords, index_bad_words
 
 # %% auto #0
-__all__ = ['load_tokenizer', 'eos_token_ids', 'truncated', 'bad_word_ids', 'bad_words_index', 'checked_logprobs', 'admit']
+__all__ = ['AdmissionError', 'load_tokenizer', 'eos_token_ids', 'truncated', 'bad_word_ids', 'bad_words_index',
+           'checked_logprobs', 'admit']
+
+# %% ../../nbs/engine/13d_admission.ipynb #c29bcf0e
+class AdmissionError(ValueError):
+    "A request the engine can't serve: what is wrong, and the request field (`param`) it is in."
+
+    def __init__(self, message: str, param: str = "prompt"):
+        super().__init__(message)
+        self.param = param
 
 # %% ../../nbs/engine/13d_admission.ipynb #43f0722d
 def load_tokenizer(model_dir: str):
@@ -38,7 +47,10 @@ def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:
     """vLLM's `truncate_prompt_tokens=k`: the prompt's last `k` tokens, at most `max_model_len`
     (`-1`: as many as leave room for one new token)."""
     if k > max_model_len:
-        raise ValueError(f"truncate_prompt_tokens={k} is more than max_model_len={max_model_len}")
+        raise AdmissionError(
+            f"truncate_prompt_tokens={k} is more than max_model_len={max_model_len}",
+            "truncate_prompt_tokens",
+        )
     keep = max_model_len - 1 if k == -1 else k
     return ids[max(len(ids) - keep, 0) :] if keep else []
 
@@ -65,7 +77,9 @@ def checked_logprobs(params: SamplingParams, vocab_size: int, max_logprobs: int)
             continue
         n = vocab_size if k == -1 else k
         if max_logprobs != -1 and n > max_logprobs:
-            raise ValueError(f"{name}={k} asks for {n}: at most {max_logprobs} (max_logprobs)")
+            raise AdmissionError(
+                f"{name}={k} asks for {n}: at most {max_logprobs} (max_logprobs)", name
+            )
         params = replace(params, **{name: n})
     return params
 
@@ -82,13 +96,14 @@ def admit(
 ) -> tuple[str | None, Sequence]:
     """`(prompt text, Sequence)` of a request, or a `ValueError` naming what can't be served."""
     if params.n != 1:
-        raise ValueError(
+        raise AdmissionError(
             "one completion per engine request: "
-            "LLM and the server make n requests (SamplingParams.fan_out)"
+            "LLM and the server make n requests (SamplingParams.fan_out)",
+            "n",
         )
     needs_text = params.stop or params.bad_words or params.structured_outputs is not None
     if tokenizer is None and (isinstance(prompt, str) or needs_text):
-        raise ValueError(
+        raise AdmissionError(
             "this model has no tokenizer: pass token ids, and no stop strings, bad words or "
             "structured outputs"
         )
@@ -97,17 +112,17 @@ def admit(
     if (k := params.truncate_prompt_tokens) is not None:
         ids = truncated(ids, k, max_model_len)
     if not ids:
-        raise ValueError("the prompt is empty")
-    for what, xs in [  # (checked ids: their smallest and largest)
-        ("prompt token ids", ids),
-        ("logit_bias token ids", params.logit_bias.span),
-        ("stop_token_ids", params.stop_token_ids),
-        ("allowed_token_ids", params.allowed_token_ids.span if params.allowed_token_ids else ()),
+        raise AdmissionError("the prompt is empty")
+    for field, what, xs in [  # (checked ids: their smallest and largest)
+        ("prompt", "prompt token ids", ids),
+        ("logit_bias", "logit_bias token ids", params.logit_bias.span),
+        ("stop_token_ids", "stop_token_ids", params.stop_token_ids),
+        ("allowed_token_ids", "allowed_token_ids", getattr(params.allowed_token_ids, "span", ())),
     ]:
         if any(not 0 <= t < vocab_size for t in xs):
-            raise ValueError(f"{what} must be in [0, {vocab_size})")
+            raise AdmissionError(f"{what} must be in [0, {vocab_size})", field)
     if len(ids) >= max_model_len:
-        raise ValueError(
+        raise AdmissionError(
             f"prompt of {len(ids)} tokens is too long: max_model_len is {max_model_len}, "
             f"which must leave room for at least one new token"
         )

@@ -77,11 +77,12 @@ def _load_model(self: ModelRunner) -> None:
     with torch.device(self.device), default_dtype(self.dtype):
         model = model_class(model_config.family)
         self.model = model(model_config, self.tp, self.backend).eval()
-    scheme = use_fp8_weights(self.model, config.model, model_config.hf, config.quantization)
-    load_weights(self.model, config.model, self.tp.rank == 0, scheme)
+    ckpt = Checkpoint(config.model)  # opened once: its shards' headers are read here
+    scheme = use_fp8_weights(self.model, ckpt, model_config.hf, config.quantization)
+    load_weights(self.model, ckpt, self.tp.rank == 0, scheme)
     if self.kv_dtype.itemsize == 1:  # only an FP8 pool uses a checkpoint's KV-cache scales
         # (the tensors `load_weights` skips: DeepSeek's MTP layers')
-        scales = read_kv_scales(Checkpoint(config.model), self.model.skip_checkpoint_keys)
+        scales = read_kv_scales(ckpt, self.model.skip_checkpoint_keys)
         use_kv_scales(self.model, scales, checkpoint_kv_cache_dtype(model_config.hf) is not None)
     if scheme is not None and self.device.type == "cuda":
         prepare_fp8_gemms(self.model, self.device)

@@ -75,6 +75,11 @@ class Checkpoint:
         self.handles = [safe_open(p, framework="pt", device="cpu") for p in self.files]
         self.where = {n: h for h in self.handles for n in h.keys()}
 
+
+def _opened(src: Checkpoint | str | Path) -> Checkpoint:
+    "`src` if it is an open `Checkpoint`, else the checkpoint in folder `src` (opened once)."
+    return src if isinstance(src, Checkpoint) else Checkpoint(src)
+
 # %% ../../nbs/models/08_loader.ipynb #490fea1d
 @patch
 def slice(self: Checkpoint, name: str):
@@ -134,13 +139,16 @@ def load_tensor(params: dict, target: str, args: tuple, ckpt: Checkpoint, name: 
 # %% ../../nbs/models/08_loader.ipynb #c010
 @torch.no_grad()
 def load_weights(
-    model: nn.Module, model_dir: str | Path, progress: bool = True, scheme: Fp8Scheme | None = None
+    model: nn.Module,
+    ckpt: Checkpoint | str | Path,  # an open checkpoint, or its folder
+    progress: bool = True,
+    scheme: Fp8Scheme | None = None,
 ) -> set[str]:
     """Load every checkpoint tensor into `model` through its parameters' `weight_loader`s (FP8
     ones as `scheme` says); returns the names filled."""
     params = dict(model.named_parameters())
     skip = getattr(model, "skip_checkpoint_keys", lambda name: False)
-    loaded, ckpt = set(), Checkpoint(model_dir)
+    loaded, ckpt = set(), _opened(ckpt)
     # a weight's FP8 scales load with it; the KV cache's are `read_kv_scales`' (the kv_scales page)
     names = [
         n
@@ -162,12 +170,13 @@ def load_weights(
 
 # %% ../../nbs/models/08_loader.ipynb #c010a
 def use_fp8_weights(
-    model: nn.Module, model_dir: str | Path, hf: dict, quantization: str | None = None
+    model: nn.Module, ckpt: Checkpoint | str | Path, hf: dict, quantization: str | None = None
 ) -> Fp8Scheme | None:
-    """Before loading: FP8 storage for the layers `model_dir` holds in FP8 (`hf`: its config.json),
-    or for every layer with `quantization="fp8"` on a dense checkpoint. Returns the scheme."""
+    """Before loading: FP8 storage for the layers checkpoint `ckpt` (open, or its folder) holds in
+    FP8 (`hf`: its config.json), or for every layer with `quantization="fp8"` on a dense
+    checkpoint. Returns the scheme."""
     if (scheme := fp8_scheme(hf, quantization)) is not None:
-        fp8 = None if scheme.method == "online" else fp8_parameters(model, Checkpoint(model_dir))
+        fp8 = None if scheme.method == "online" else fp8_parameters(model, _opened(ckpt))
         dense = quantize_model(model, scheme, fp8)
         log.info(f"FP8 weights ({scheme}); kept dense: {', '.join(dense) or 'none'}")
     return scheme

@@ -269,7 +269,7 @@ async def _add_all(
     if failed := [e for e in added if not isinstance(e, RequestStream)]:
         abort_all(choices)
         if isinstance(failed[0], ValueError):
-            raise OpenAIError(str(failed[0]), param="prompt") from None
+            raise OpenAIError(str(failed[0]), param=getattr(failed[0], "param", "prompt")) from None
         if isinstance(failed[0], EngineError):
             raise OpenAIError(
                 str(failed[0]), 503, "engine_unavailable", type="server_error"
