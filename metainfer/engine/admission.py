@@ -15,7 +15,7 @@ from .token_masks import BadWords, index_bad_words
 __all__ = ['AdmissionError', 'load_tokenizer', 'eos_token_ids', 'truncated', 'bad_word_ids', 'bad_words_index',
            'checked_logprobs', 'admit']
 
-# %% ../../nbs/engine/13d_admission.ipynb #c29bcf0e
+# %% ../../nbs/engine/13d_admission.ipynb #7fb27b941602401d91542211134fc71a
 class AdmissionError(ValueError):
     "A request the engine can't serve: what is wrong, and the request field (`param`) it is in."
 
@@ -97,8 +97,7 @@ def admit(
     """`(prompt text, Sequence)` of a request, or a `ValueError` naming what can't be served."""
     if params.n != 1:
         raise AdmissionError(
-            "one completion per engine request: "
-            "LLM and the server make n requests (SamplingParams.fan_out)",
+            "admit takes one completion's params: LLMEngine.add_request fans n out (RequestGroups)",
             "n",
         )
     needs_text = params.stop or params.bad_words or params.structured_outputs is not None

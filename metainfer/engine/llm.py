@@ -142,28 +142,6 @@ class LLM:
         if "engine" in self.__dict__:
             self.engine.shutdown()
 
-    @staticmethod
-    def _merged(group: list[str], latest: dict[str, RequestOutput]) -> RequestOutput:
-        """A prompt's output from its requests' latest: its `n` completions in order (one not
-        started: empty)."""
-        have = [latest[r] for r in group if r in latest]
-        if len(group) == 1:
-            return have[0]
-        empty = lambda j: CompletionOutput(j, "", [])
-        outs = [
-            replace(latest[r].outputs[0], index=j) if r in latest else empty(j)
-            for j, r in enumerate(group)
-        ]
-        return RequestOutput(
-            group[0].rsplit("-", 1)[0],
-            have[0].prompt,
-            have[0].prompt_token_ids,
-            have[0].prompt_logprobs,
-            outs,
-            len(have) == len(group) and all(o.finished for o in have),
-            num_cached_tokens=have[0].num_cached_tokens,
-        )
-
 # %% ../../nbs/engine/14a_llm.ipynb #b5398ba3
 @patch(as_prop=True)
 def llm_engine(self: LLM) -> LLMEngine:
@@ -190,16 +168,15 @@ def shutdown(self: LLM) -> None:
 
 # %% ../../nbs/engine/14a_llm.ipynb #1646929c
 @patch
-def _abort(self: LLM, groups: list[list[str]]) -> None:
-    "Abort every request of `groups` (those finished or never added are ignored)."
-    for rid in (r for g in groups for r in g):
-        self.engine.abort_request(rid)
+def _abort(self: LLM, ids: list[str]) -> None:
+    "Abort every request of `ids`, all `n` completions each (finished or unknown ones: ignored)."
+    self.engine.abort_request(ids)
 
 # %% ../../nbs/engine/14a_llm.ipynb #b6e3e1ae
 @patch
 def _submit(self: LLM, prompts, sampling_params, stream: bool):
-    """Add one engine request per completion (`n` per prompt); returns their ids, a list per
-    prompt, and each prompt's `SamplingParams`."""
+    """Add one engine request per prompt (the engine fans its `n` completions out); returns their
+    ids and each prompt's `SamplingParams`."""
     prompts = prompt_list(prompts)
     params = (
         list(sampling_params)
@@ -208,42 +185,42 @@ def _submit(self: LLM, prompts, sampling_params, stream: bool):
     )
     if len(params) != len(prompts):
         raise ValueError("need one SamplingParams per prompt, or one for all")
-    groups = []
+    ids = []
     for i, (p, sp) in enumerate(zip(prompts, params)):
-        rid = str(next(self._ids))
-        groups.append([rid] if sp.n == 1 else [f"{rid}-{j}" for j in range(sp.n)])
+        ids.append(str(next(self._ids)))
         try:
-            for member, q in zip(groups[-1], sp.fan_out()):
-                final_only = sp.output_kind == RequestOutputKind.FINAL_ONLY
-                self.engine.add_request(member, p, q, stream and not final_only)
+            final_only = sp.output_kind == RequestOutputKind.FINAL_ONLY
+            self.engine.add_request(ids[-1], p, sp, stream and not final_only)
         except ValueError as e:
-            self._abort(groups)
+            self._abort(ids)
             raise ValueError(f"prompt {i}: {e}") from None
-    return groups, params
+    return ids, params
 
 # %% ../../nbs/engine/14a_llm.ipynb #818d5455
 @patch
 def stream(self: LLM, prompts, sampling_params=None) -> Iterator[RequestOutput]:
     """Submit `prompts`; yield a prompt's output (all its `n` completions) each time one of them
     advances: all so far, only what is new, or only the last (`SamplingParams.output_kind`)."""
-    groups, params = self._submit(prompts, sampling_params, stream=True)
-    group_of, latest, seen = {r: tuple(g) for g in groups for r in g}, {}, {}
-    kind_of = {tuple(g): sp.output_kind for g, sp in zip(groups, params)}
+    ids, params = self._submit(prompts, sampling_params, stream=True)
+    params_of, so_far, seen = dict(zip(ids, params)), {}, {}
     try:
         while self.engine.has_unfinished_requests():
             advanced = {}  # (a prompt's output once a step, however many of its `n` advanced)
-            for out in self.engine.step():
-                latest[out.request_id] = out
-                # (or another caller's)
-                advanced.setdefault(group_of.get(out.request_id, (out.request_id,)), None)
-            for g in advanced:
-                out, kind = self._merged(list(g), latest), kind_of.get(g)
+            for out in self.engine.step():  # (each streamed output holds the completion it moved)
+                kept = so_far.setdefault(out.request_id, {})
+                kept.update({c.index: c for c in out.outputs})
+                sp = params_of.get(out.request_id)  # (None: another caller's request)
+                n = sp.n if sp else len(kept)
+                outs = [kept.get(j) or CompletionOutput(j, "", []) for j in range(n)]
+                advanced[out.request_id] = replace(out, outputs=outs)
+            for rid, out in advanced.items():
+                kind = params_of[rid].output_kind if rid in params_of else None
                 if kind == RequestOutputKind.DELTA:
                     yield as_delta(out, seen)
                 elif kind != RequestOutputKind.FINAL_ONLY or out.finished:
                     yield out
     finally:
-        self._abort(groups)  # a consumer that stops early leaves nothing queued
+        self._abort(ids)  # a consumer that stops early leaves nothing queued
 
 # %% ../../nbs/engine/14a_llm.ipynb #333a6ab4
 @patch
@@ -260,18 +237,18 @@ def generate(
         raise ValueError("LoRA adapters are not supported")
     if any(priority or ()):
         raise ValueError("request priorities are not supported (requests run first come, first)")
-    groups, _ = self._submit(prompts, sampling_params, stream=False)
-    done: dict[str, RequestOutput] = {}
+    ids, _ = self._submit(prompts, sampling_params, stream=False)
+    done: dict[str, RequestOutput] = {}  # (one each, with its `n` completions)
     try:
-        with tqdm(total=sum(map(len, groups)), desc="generating", disable=not use_tqdm) as bar:
+        with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
             while self.engine.has_unfinished_requests():
                 for out in self.engine.step():
                     if out.finished:
                         done[out.request_id] = out
                         bar.update()
     finally:
-        self._abort(groups)  # on Ctrl-C or an error: nothing left queued for the next call
-    return [self._merged(g, done) for g in groups]
+        self._abort(ids)  # on Ctrl-C or an error: nothing left queued for the next call
+    return [done[rid] for rid in ids]
 
 # %% ../../nbs/engine/14a_llm.ipynb #ecc4237d
 @patch

@@ -9,12 +9,7 @@ import time
 from contextlib import nullcontext
 import torch
 from fastcore.basics import patch
-from metainfer.config import (
-    EngineConfig,
-    allowed_model_len,
-    generation_defaults,
-    load_model_config,
-)
+from ..config import EngineConfig, allowed_model_len, generation_defaults, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
 from .sequence import SamplingParams
@@ -27,6 +22,7 @@ from .scheduler import Scheduler, ScheduledBatch
 from .logits_processing import LaunchedStep
 from .runner import ModelRunner
 from .outputs import RequestOutput, IncrementalDetokenizer, Request, logprob_entry
+from .request_groups import RequestGroups
 
 # %% auto #0
 __all__ = ['LLMEngine']
@@ -61,6 +57,7 @@ class LLMEngine:
         )
         self.runner.stop_token_ids = eos
         self.requests: dict[str, Request] = {}
+        self.groups = RequestGroups()  # requests for n > 1 completions: one request each
         self._token_texts: dict[int, str] = {}  # token id -> its text, for logprobs
         self._by_seq: dict[int, Request] = {}
         self.in_flight: LaunchedStep | None = None  # async scheduling: the step not read back yet
@@ -131,43 +128,45 @@ def add_request(
     params: SamplingParams | None = None,
     stream: bool = True,
 ) -> None:
-    "Queue a request (`stream=False`: its text at the end), or a `ValueError` saying why not."
+    """Queue a request (`stream=False`: its text at the end; `n > 1`: an engine request per
+    completion, `RequestGroups`), or a `ValueError` saying why not."""
     params = params or SamplingParams()
-    if request_id in self.requests:
+    if request_id in self.requests or request_id in self.groups:
         raise ValueError(f"request id {request_id!r} is already in use")
-    text, seq = admit(
-        prompt_of(prompt),
-        params,
-        self.tokenizer,
-        self.model_config.vocab_size,
-        self.max_model_len,
-        self.config.block_size,
-        self.grammars,
-        self.config.max_logprobs,
+    fanned = self.groups.fan_out(request_id, params, stream)
+    try:  # every completion admitted before any is queued
+        if any(rid in self.requests for rid, _ in fanned):  # (a member's id taken)
+            raise ValueError(f"request id {request_id!r} is already in use")
+        admitted = [(rid, *self._admit(prompt, p)) for rid, p in fanned]
+    except ValueError:
+        self.groups.forget(request_id)
+        raise
+    for rid, text, seq in admitted:
+        params = seq.params
+        detok = (
+            IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
+            if self.tokenizer is not None and params.detokenize
+            else None
+        )
+        self.requests[rid] = self._by_seq[seq.seq_id] = Request(rid, text, seq, detok, stream)
+        self.scheduler.add(seq)
+
+
+@patch
+def _admit(self: LLMEngine, prompt: PromptType, params: SamplingParams):
+    "`admit` with the engine's tokenizer and limits: `(prompt text, Sequence)`."
+    limits = (self.model_config.vocab_size, self.max_model_len, self.config.block_size)
+    return admit(
+        prompt_of(prompt), params, self.tokenizer, *limits, self.grammars, self.config.max_logprobs
     )
-    ids, params = seq.token_ids, seq.params
-    detok = (
-        IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        if self.tokenizer is not None and params.detokenize
-        else None
-    )
-    self.requests[request_id] = self._by_seq[seq.seq_id] = Request(
-        request_id,
-        text,
-        seq,
-        detok,
-        stream,
-        logprobs=None if params.logprobs is None else [],
-        prompt_logprobs=None if params.prompt_logprobs is None else [None] * len(ids),
-    )
-    self.scheduler.add(seq)
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #84cabcd8
 @patch
 def abort_request(self: LLMEngine, request_id: str | list[str]) -> None:
     """Stop a request (or several: vLLM's engine takes a list) now and free its KV blocks; unknown
     or finished ids are ignored."""
-    for rid in [request_id] if isinstance(request_id, str) else request_id:
+    ids = [request_id] if isinstance(request_id, str) else request_id
+    for rid in (m for i in ids for m in self.groups.forget(i)):  # (all of a request's n)
         req = self.requests.pop(rid, None)
         if req is None:
             continue
@@ -256,7 +255,7 @@ def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> l
     for o in outputs:
         if o.finished:
             del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
-    return outputs
+    return self.groups.outputs(outputs)  # (a request's n completions under its own id)
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #6c8b754c
 @patch

@@ -124,6 +124,13 @@ class Request:
     # once its prompt ran, if it asks
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
+    def __post_init__(self):  # room for the logprobs its params ask for
+        p, n = self.seq.params, self.seq.num_prompt_tokens
+        if p.logprobs is not None and self.logprobs is None:
+            self.logprobs = []
+        if p.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None] * n
+
 # %% ../../nbs/engine/13c_outputs.ipynb #fb15afdc
 @patch(as_prop=True)
 def reports(self: Request) -> bool:
