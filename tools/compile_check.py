@@ -152,6 +152,14 @@ def calls():
                 lambda q=qkv: tn.rms_norm(q[:, :4096].view(-1, 32, 128), r(128), 1e-6),
             ),
             (f"silu_and_mul T={T}", lambda T=T: ts.silu_and_mul(r(T, 2 * 12288))),
+            (
+                f"rms_norm_fp8 T={T} (128 columns a scale, residual; a row a scale; 7,168 wide)",
+                lambda x=x, res=res, w=w, T=T: (
+                    tn.rms_norm_fp8(x, res, w, 1e-6, 128, T + 3),
+                    tn.rms_norm_fp8(x, None, w, 1e-6, 4096),
+                    tn.rms_norm_fp8(r(T, 7168), r(T, 7168), r(7168), 1e-6, 128),
+                ),
+            ),
         ]
         for neox in (True, False):
             q, k = qkv[:, :4096].view(T, 32, 128), qkv[:, 4096:5120].view(T, 8, 128)

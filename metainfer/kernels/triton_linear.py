@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from .elementwise import linear_ref
 from .triton_launch import cdiv, jit, next_pow2, tl
-from .triton_norms import add_rms_norm, rms_norm
+from .triton_norms import add_rms_norm, rms_norm, rms_norm_fp8
 from .triton_silu import silu_and_mul
 from .triton_gemv import fp8, gemv, one_gpu_row, prologue_norms_alike
 from ..layers.fp8 import FP8, Fp8Weight, quantize_fp8
@@ -172,12 +172,17 @@ def scaled_mm(a: Tensor, weight, dtype: torch.dtype) -> Tensor:
     one."""
     M, K = a.shape
     if weight.group >= K:
-        q, s = quantize_activations(a, K)
-        return torch._scaled_mm(q, weight.data.T, s, weight.scale.T, out_dtype=dtype)
+        return _scaled_mm_codes(*quantize_activations(a, K), weight, dtype)
     pad = -M % 4
     q, s = quantize_activations(F.pad(a, (0, 0, 0, pad)) if pad else a, 128, outer_major=True)
-    out = torch._scaled_mm(q, weight.data.T, s, weight.scale_columns, out_dtype=dtype)
+    out = _scaled_mm_codes(q, s, weight, dtype)
     return out[:M] if pad else out
+
+
+def _scaled_mm_codes(q: Tensor, s: Tensor, weight, dtype: torch.dtype) -> Tensor:
+    "cuBLAS's FP8 GEMM of activation codes `q` and scales `s` (`quantize_activations`' layout)."
+    scale_b = weight.scale.T if weight.group >= q.shape[1] else weight.scale_columns
+    return torch._scaled_mm(q, weight.data.T, s, scale_b, out_dtype=dtype)
 
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #a8986f83
 def prepare_fp8_gemms(model: nn.Module, device: torch.device) -> int:
@@ -253,6 +258,20 @@ def linear(
         y = linear_ref(x, weight, bias, out_dtype)
     return y if act is None else ACTIVATIONS[act](y, use_pdl=use_pdl)
 
+# %% ../../nbs/kernels/03fa_triton_linear.ipynb #c0defa01
+def _codes_from_norm(x: Tensor, weight, norm_weight: Tensor) -> bool:
+    """Whether `norm_linear` hands `weight`'s GEMM the norm's own FP8 codes: rows on a GPU (not the
+    GEMV's one) into cuBLAS's FP8 GEMM, with a norm weight of the activations' dtype."""
+    return (
+        fp8(weight)
+        and x.is_cuda
+        and x.dim() == 2
+        and x.stride(-1) == 1
+        and not one_gpu_row(x, weight)
+        and norm_weight.dtype == x.dtype
+        and scaled_mm_takes(weight, x.dtype, x.device)
+    )
+
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #f8015
 def norm_linear(
     x: Tensor,
@@ -265,8 +284,18 @@ def norm_linear(
     use_pdl: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """`TorchKernels.norm_linear`, except that one row on a GPU, outside CUDA graph capture, is one
-    `gemv` launch with the norm in its prologue (same bits). In a graph a launch costs no host time,
-    and the norm kernel is the faster of the two."""
+    `gemv` launch with the norm in its prologue (same bits; in a graph a launch costs no host time,
+    and the norm kernel is the faster of the two), and that rows into cuBLAS's FP8 GEMM leave the
+    norm as FP8 codes (`rms_norm_fp8`: the bits `quantize_activations` would make of them)."""
+    if _codes_from_norm(x, weight, norm_weight):
+        (M, K), per_row = x.shape, weight.group >= x.shape[1]
+        rows = M if per_row else M + -M % 4  # (the block-scaled GEMM's rows: a multiple of 4)
+        q, s, residual = rms_norm_fp8(
+            x, residual, norm_weight, eps, K if per_row else 128, rows, use_pdl
+        )
+        y = _scaled_mm_codes(q, s, weight, x.dtype)[:M]
+        y = y if bias is None else y + bias
+        return (y if act is None else ACTIVATIONS[act](y, use_pdl=use_pdl)), residual
     if not (
         one_gpu_row(x, weight)
         and norm_weight.dtype == x.dtype

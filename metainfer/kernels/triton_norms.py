@@ -9,7 +9,7 @@ from torch import Tensor
 from .triton_launch import cdiv, jit, next_pow2, pdl, pdl_sync, tl
 
 # %% auto #0
-__all__ = ['rms_norm', 'add_rms_norm']
+__all__ = ['rms_norm', 'add_rms_norm', 'rms_norm_fp8']
 
 # %% ../../nbs/kernels/03b_triton_norms.ipynb #75140ef8
 @jit
@@ -33,15 +33,19 @@ def _rms_norm_kernel(
     w_ptr,
     out_ptr,
     res_out_ptr,
+    s_ptr,  # (GROUP: the scales of the FP8 codes `out_ptr` gets)
     n_rows,
     n_inner,
     stride_outer,
     stride_inner,
+    stride_sm,
+    stride_sg,
     N,
     eps,
     HAS_RESIDUAL: tl.constexpr,
     ROWS: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    GROUP: tl.constexpr,  # 0: the normalized rows; else their FP8 codes, a scale per GROUP columns
     PDL: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -62,11 +66,17 @@ def _rms_norm_kernel(
         )
         tl.store(res_out_ptr + out_offs, x, mask=mask)
     xf = x.to(tl.float32)
-    tl.store(
-        out_ptr + out_offs,
-        _normed(xf, _inv_rms(xf, N, eps)[:, None], w[None, :], x.dtype),
-        mask=mask,
-    )
+    y = _normed(xf, _inv_rms(xf, N, eps)[:, None], w[None, :], x.dtype)
+    if GROUP == 0:
+        tl.store(out_ptr + out_offs, y, mask=mask)
+    else:  # the rows as stored in the activation dtype, then as `quantize_activations` codes them
+        y = tl.reshape(y.to(x.dtype).to(tl.float32), (ROWS, BLOCK_N // GROUP, GROUP))
+        s = tl.maximum(tl.max(tl.abs(y), 2) / 448.0, 1e-12)  # [ROWS, groups]
+        q = tl.reshape(y / s[:, :, None], (ROWS, BLOCK_N))
+        tl.store(out_ptr + out_offs, q.to(out_ptr.dtype.element_ty), mask=mask)
+        g = tl.arange(0, BLOCK_N // GROUP)
+        s_offs = rows[:, None] * stride_sm + g[None, :] * stride_sg
+        tl.store(s_ptr + s_offs, s, mask=(rows < n_rows)[:, None] & (g * GROUP < N)[None, :])
 
 # %% ../../nbs/kernels/03b_triton_norms.ipynb #16c8e7e0
 def _as_rows(x: Tensor) -> Tensor:
@@ -84,9 +94,12 @@ def _norm_launch(
     out: Tensor,
     res_out: Tensor | None,
     use_pdl: bool = True,
+    scales: Tensor | None = None,  # `out` holds FP8 codes: their scales `[rows, N / group]`
+    group: int = 0,
 ):
     n_rows, N = x3.shape[0] * x3.shape[1], x3.shape[2]
     BLOCK_N = next_pow2(N)
+    s_strides = scales.stride() if scales is not None else (0, 0)
     ROWS = (
         1 if n_rows == 1 else max(1, min(16, 2048 // BLOCK_N))
     )  # one row: a [1, N] tile, as the GEMV's prologue
@@ -96,15 +109,18 @@ def _norm_launch(
         weight,
         out,
         res_out,
+        scales,
         n_rows,
         x3.shape[1],
         x3.stride(0),
         x3.stride(1),
+        *s_strides,
         N,
         eps,
         HAS_RESIDUAL=res is not None,
         ROWS=ROWS,
         BLOCK_N=BLOCK_N,
+        GROUP=min(group, BLOCK_N),
         PDL=use_pdl and pdl(),
         launch_pdl=use_pdl and pdl(),
         num_warps=4 if BLOCK_N <= 4096 else 8,
@@ -136,3 +152,28 @@ def add_rms_norm(
     res_out = torch.empty_like(x)
     _norm_launch(x2[:, None], r2, weight, eps, out, res_out, use_pdl)
     return out, res_out
+
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #c9100e9e
+def rms_norm_fp8(
+    x: Tensor,  # [T, N]
+    residual: Tensor | None,  # [T, N], added first (then returned, as `add_rms_norm`'s), or None
+    weight: Tensor,  # [N], in x's dtype
+    eps: float,
+    group: int,  # columns a scale covers: a power of two >= 16, or >= N for one scale a row
+    rows: int | None = None,  # rows of the buffers (at least T; the rest are not written)
+    use_pdl: bool = True,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`(codes, scales, residual)`: the normalized rows as FP8 codes `[rows, N]` with float32 scales
+    `[rows, ceil(N / group)]` (column-major), as `quantize_activations(rms_norm(...), group,
+    outer_major=True)` gives them, in one launch."""
+    (T, N), rows = x.shape, rows or x.shape[0]
+    assert weight.dtype == x.dtype and x.stride(-1) == 1 and rows >= T
+    group = next_pow2(N) if group >= N else group  # (one scale a row: the whole tile)
+    assert group & (group - 1) == 0 and group >= 16, "groups of a power of two >= 16 columns"
+    codes = torch.empty(rows, N, dtype=torch.float8_e4m3fn, device=x.device)
+    scales = torch.empty(cdiv(N, group), rows, device=x.device).t()
+    res_out = x if residual is None else torch.empty_like(x)
+    r = None if residual is None else residual.contiguous()
+    _norm_launch(x[:, None], r, weight, eps, codes, res_out if r is not None else None, use_pdl,
+                 scales, group)  # fmt: skip
+    return codes, scales, res_out
