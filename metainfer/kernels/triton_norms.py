@@ -153,7 +153,7 @@ def add_rms_norm(
     _norm_launch(x2[:, None], r2, weight, eps, out, res_out, use_pdl)
     return out, res_out
 
-# %% ../../nbs/kernels/03b_triton_norms.ipynb #c9100e9e
+# %% ../../nbs/kernels/03b_triton_norms.ipynb #47d0c92a
 def rms_norm_fp8(
     x: Tensor,  # [T, N]
     residual: Tensor | None,  # [T, N], added first (then returned, as `add_rms_norm`'s), or None
