@@ -15,8 +15,9 @@ __all__ = ['RequestGroups']
 # %% ../../nbs/engine/13e_request_groups.ipynb #95d9026d
 @dataclass
 class _Group:
-    "One request's completions in flight: how many are left, and (not streamed) those done."
+    "A request's completions in flight: their ids, how many are left, (not streamed) those done."
 
+    ids: list[str]  # its members' engine request ids, `j_rid`
     stream: bool
     left: int
     done: dict[int, CompletionOutput] = field(default_factory=dict)
@@ -27,12 +28,11 @@ class RequestGroups:
     member's outputs become (vLLM's parallel sampling)."""
 
     def __init__(self):
-        self.members: dict[str, list[str]] = {}  # a request's id -> its members' ids
+        self._groups: dict[str, _Group] = {}  # a request's id -> its group
         self._of: dict[str, tuple[str, int]] = {}  # a member's id -> (request id, index)
-        self._groups: dict[str, _Group] = {}
 
     def __contains__(self, request_id: str) -> bool:
-        return request_id in self.members
+        return request_id in self._groups
 
 # %% ../../nbs/engine/13e_request_groups.ipynb #821388b7
 @patch
@@ -43,20 +43,18 @@ def fan_out(
     if params.n == 1:
         return [(request_id, params)]
     ids = [f"{j}_{request_id}" for j in range(params.n)]
-    self.members[request_id] = ids
     self._of.update({m: (request_id, j) for j, m in enumerate(ids)})
-    self._groups[request_id] = _Group(stream, params.n)
+    self._groups[request_id] = _Group(ids, stream, params.n)
     return list(zip(ids, params.fan_out()))
 
 
 @patch
 def forget(self: RequestGroups, request_id: str) -> list[str]:
     "Drop `request_id`'s group; the engine requests it had (itself, for one completion)."
-    ids = self.members.pop(request_id, [request_id])
-    for m in ids:
+    g = self._groups.pop(request_id, None)
+    for m in g.ids if g else ():
         self._of.pop(m, None)
-    self._groups.pop(request_id, None)
-    return ids
+    return g.ids if g else [request_id]
 
 # %% ../../nbs/engine/13e_request_groups.ipynb #d41d6474
 @patch

@@ -167,16 +167,19 @@ def scaled_mm_takes(weight, dtype: torch.dtype, device: torch.device) -> bool:
 
 # %% ../../nbs/kernels/03fa_triton_linear.ipynb #449c8053
 def scaled_mm(a: Tensor, weight, dtype: torch.dtype) -> Tensor:
-    """`a Wᵀ` `[M, N]` by cuBLAS's FP8 GEMM: `a` quantized per token and 128 columns (1 × 128
-    blocks; rows padded to a multiple of 4) for a block-wise `weight`, per token for a per-channel
-    one."""
-    M, K = a.shape
-    if weight.group >= K:
-        return _scaled_mm_codes(*quantize_activations(a, K), weight, dtype)
-    pad = -M % 4
-    q, s = quantize_activations(F.pad(a, (0, 0, 0, pad)) if pad else a, 128, outer_major=True)
-    out = _scaled_mm_codes(q, s, weight, dtype)
-    return out[:M] if pad else out
+    "`a Wᵀ` `[M, N]` by cuBLAS's FP8 GEMM, `a` quantized as `_activation_blocks` says."
+    (M, K), (rows, group) = a.shape, _activation_blocks(a.shape[0], weight)
+    padded = F.pad(a, (0, 0, 0, rows - M)) if rows > M else a
+    q, s = quantize_activations(padded, group, outer_major=group < K)
+    return _scaled_mm_codes(q, s, weight, dtype)[:M]
+
+
+def _activation_blocks(M: int, weight) -> tuple[int, int]:
+    """`(rows, columns a scale covers)` of `M` activation rows as cuBLAS's FP8 GEMM takes them by
+    `weight`: per token for a per-channel weight; 1 × 128 blocks, rows padded to a multiple of 4,
+    for a block-wise one."""
+    K = weight.shape[-1]
+    return (M, K) if weight.group >= K else (M + -M % 4, 128)
 
 
 def _scaled_mm_codes(q: Tensor, s: Tensor, weight, dtype: torch.dtype) -> Tensor:
@@ -288,12 +291,9 @@ def norm_linear(
     and the norm kernel is the faster of the two), and that rows into cuBLAS's FP8 GEMM leave the
     norm as FP8 codes (`rms_norm_fp8`: the bits `quantize_activations` would make of them)."""
     if _codes_from_norm(x, weight, norm_weight):
-        (M, K), per_row = x.shape, weight.group >= x.shape[1]
-        rows = M if per_row else M + -M % 4  # (the block-scaled GEMM's rows: a multiple of 4)
-        q, s, residual = rms_norm_fp8(
-            x, residual, norm_weight, eps, K if per_row else 128, rows, use_pdl
-        )
-        y = _scaled_mm_codes(q, s, weight, x.dtype)[:M]
+        rows, group = _activation_blocks(x.shape[0], weight)
+        q, s, residual = rms_norm_fp8(x, residual, norm_weight, eps, group, rows, use_pdl)
+        y = _scaled_mm_codes(q, s, weight, x.dtype)[: x.shape[0]]
         y = y if bias is None else y + bias
         return (y if act is None else ACTIVATIONS[act](y, use_pdl=use_pdl)), residual
     if not (
