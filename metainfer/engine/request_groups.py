@@ -50,7 +50,9 @@ def fan_out(
 
 @patch
 def forget(self: RequestGroups, request_id: str) -> list[str]:
-    "Drop `request_id`'s group; the engine requests it had (itself, for one completion)."
+    """Drop the group of `request_id` (a request's id, or one of its members': a member is not
+    aborted alone); the engine requests it had (itself, for one completion)."""
+    request_id = self._of.get(request_id, (request_id,))[0]
     g = self._groups.pop(request_id, None)
     for m in g.ids if g else ():
         self._of.pop(m, None)
