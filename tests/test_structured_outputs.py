@@ -295,6 +295,7 @@ def test_forced_tool_calls_parse_and_validate(client):
         ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
         ({"min_p": 2.5}, "min_p"),
         ({"temperature": 3}, "temperature"),
+        ({"guided_json": '{"a":' * 50_000 + "1" + "}" * 50_000}, "schema is nested too deeply"),
     ],
 )
 def test_bad_structured_requests_are_400s(client, fields, what):
@@ -302,6 +303,19 @@ def test_bad_structured_requests_are_400s(client, fields, what):
         client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "x"}], extra_body=fields
         )
+
+
+def test_a_grammar_that_crashes_llguidance_is_a_400(client):
+    """A schema whose `$ref`s chain through 20,000 definitions overflows llguidance's stack: the
+    grammar checker's process dies (not the server), the request is a 400, the next one compiles."""
+    chain = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(20_000)}
+    schema = {"$defs": chain | {"d20000": {"type": "integer"}}, "$ref": "#/$defs/d0"}
+    fmt = {"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}
+    chat = dict(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="crashed the grammar compiler"):
+        client.chat.completions.create(**chat, response_format=fmt)
+    out = client.chat.completions.create(**chat, extra_body={"guided_choice": ["yes", "no"]})
+    assert out.choices[0].message.content in ("yes", "no")
 
 
 def test_structural_tag_and_responses_text_format(llm, client):

@@ -14,6 +14,7 @@ from fastcore.basics import patch
 
 # (these names were first defined here: importing them from here keeps working)
 from .grammar_matcher import ACTIVE, MAY_REASON, REASONING, GrammarMatcher  # noqa: F401
+from .grammar_checker import GrammarChecker
 
 # %% auto #0
 __all__ = ['KINDS', 'SEQUENCE_FIELDS', 'GrammarError', 'StructuredOutputsParams', 'no_additional_properties', 'grammar_text',
@@ -85,6 +86,8 @@ def _load_json(text: str | dict, what: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise GrammarError(f"{what} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise GrammarError(f"{what} is nested too deeply") from None
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #db796dfc
 def no_additional_properties(schema: Any) -> Any:
@@ -189,6 +192,9 @@ class GrammarCompiler:
         self.cache_size, self.cache_chars, self._chars = cache_size, cache_chars, 0
         self._lltok, self._cache, self._lock = None, OrderedDict(), threading.Lock()
         self._executor = self._builder = None
+        # each new grammar is made and compiled first in a process of its own
+        special = frozenset(tokenizer.all_special_tokens)
+        self.checker = GrammarChecker(tokenizer, vocab_size, special)
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #8c861a9b
 @patch(as_prop=True)
@@ -233,11 +239,9 @@ def compile(self: GrammarCompiler, p: StructuredOutputsParams) -> str:
     "`p`'s grammar, checked (and cached): llguidance's text of it, or a `GrammarError`."
     if (text := self._cached(key := p.key())) is not None:
         return text
-    text = grammar_text(p, frozenset(self.tokenizer.all_special_tokens))
-    if (m := self._build(text)).is_error():
-        error = m.get_error()  # (shortened: it may list every special token)
-        error = error if len(error) <= 500 else error[:500] + " …"
-        raise GrammarError(f"the {p.kind} grammar can't be compiled: {error}")
+    text, why = self.checker.check(p)  # (a grammar that crashes llguidance crashes its process)
+    if text is None:
+        raise GrammarError(why)
     self._store(key, text)
     return text
 

@@ -53,7 +53,7 @@ def parse_tool_call(body: str) -> dict | None:
     for; None if it is no call."""
     try:
         call = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
         return None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
@@ -74,7 +74,7 @@ def parse_deepseek_v3_call(body: str) -> dict | None:
     args = block.removeprefix("```json").removesuffix("```").strip()
     try:
         json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
         return None
     return tool_call(name.strip(), args)
 
@@ -84,7 +84,7 @@ def parse_deepseek_v31_call(body: str) -> dict | None:
     name, sep, args = body.partition(SEP)
     try:
         json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
         return None
     return tool_call(name.strip(), args.strip()) if sep and name.strip() else None
 

@@ -10,10 +10,10 @@ throughput run's mid-decode steps have them, one CUDA graph a variant:
 Reports ms a step (36 layers, no lm_head) and whether each variant gives halves_in_turn's bits.
 Usage: python overlap.py OUT.json [fp8]   (`fp8`: the K/V pool in FP8)
 
-Measured on an H100 (2026-12-06, `docs/benchmarks/h100-2026-12-06-overlap/`, mean context 866), ms a
-step: bf16 pool: one_batch 16.99, halves_in_turn 20.73, two_streams 18.17, ping_pong 18.62; FP8 pool:
-12.73, 16.58, 13.91, 14.52. Halving the GEMMs' rows costs more (+22-30 %) than running the halves
-side by side wins back: not built into the engine."""
+Measured on an H100 (2026-12-06, `docs/benchmarks/h100-2026-12-06-overlap/`, mean context 866), ms
+a step: bf16 pool: one_batch 16.99, halves_in_turn 20.73, two_streams 18.17, ping_pong 18.62; FP8
+pool: 12.73, 16.58, 13.91, 14.52. Halving the GEMMs' rows costs more (+22-30 %) than running the
+halves side by side wins back: not built into the engine."""
 
 import json
 import random
