@@ -4,10 +4,12 @@
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c6cb3990
 from __future__ import annotations
+import functools
 import json
 import time
 from itertools import accumulate
 from typing import AsyncIterator
+from starlette.responses import Response
 from ...engine.outputs import RequestOutput, Logprob
 from .engine_loop import RequestStream
 from .prompts import prompt_list
@@ -15,7 +17,8 @@ from .protocol import SamplingRequest, ChatCompletionRequest
 
 # %% auto #0
 __all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
-           'chat_logprobs', 'choice_logprobs', 'echo_texts', 'reasoning_fields', 'chat_message', 'chat_finish_reason']
+           'chat_logprobs', 'choice_logprobs', 'echo_texts', 'reasoning_fields', 'chat_message', 'chat_finish_reason',
+           'json_response']
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c5c9ed99
 async def text_deltas(stream: RequestStream) -> AsyncIterator[tuple[str, int, RequestOutput]]:
@@ -202,3 +205,32 @@ def chat_message(parts: dict, reasoning: bool) -> dict:
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #d3d9e477
 def chat_finish_reason(c, reason: str | None) -> str | None:  # c: a `Choice` (16f_serving)
     return "tool_calls" if reason == "stop" and c.parser.num_calls else reason
+
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #b3ae6222
+_dumps = functools.partial(json.dumps, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _json_text(value, depth: int, items: int = 256) -> str:
+    """`json.dumps(value)` by one call for each part `depth` levels down (lists and dicts of string
+    keys), and `items` at a time of the lists there."""
+    if depth == 0 or not isinstance(value, (list, dict)):
+        return _dumps(value)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return _dumps(value)  # (json.dumps's own rules for other keys)
+        return (
+            "{"
+            + ",".join(_dumps(k) + ":" + _json_text(x, depth - 1) for k, x in value.items())
+            + "}"
+        )
+    if depth == 1:  # each slice's "[...]" without its brackets
+        parts = (_dumps(value[i : i + items])[1:-1] for i in range(0, len(value), items))
+    else:
+        parts = (_json_text(x, depth - 1) for x in value)
+    return "[" + ",".join(parts) + "]"
+
+
+def json_response(content: dict, depth: int = 5) -> Response:
+    """Starlette's `JSONResponse(content)`, the same bytes, written a part at a time (`depth`
+    levels: a completion's `choices`, each choice, its `logprobs`, their lists, their items)."""
+    return Response(_json_text(content, depth).encode("utf-8"), media_type="application/json")

@@ -5,12 +5,14 @@
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #9b4e74d7
 from __future__ import annotations
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 from ...engine.outputs import RequestOutput
 from ..chat_parsing import ChatOutputParser, opens_reasoning
 from .protocol import ChatCompletionRequest
 from .prompts import chat_prompt
 from metainfer.entrypoints.openai.formatting import (
+    json_response,
     usage,
     response_head,
     chat_choice,
@@ -74,10 +76,17 @@ async def chat_completions(request: Request):
     if req.stream:
         head = response_head(rid, model, "chat.completion.chunk")
         return event_stream(stream_events(choices, req, head, cached=cached), choices)
-    outs, ids = await final_outputs(choices, request), req.return_token_ids
+    outs, head = await final_outputs(choices, request), response_head(rid, model, "chat.completion")
     reasoning = st.reasoning_parser is not None
-    return JSONResponse(
-        response_head(rid, model, "chat.completion")
+    # built and serialized off the event loop, as a completion's
+    return await run_in_threadpool(_whole_response, req, head, reasoning, choices, outs, cached)
+
+
+def _whole_response(req, head, reasoning: bool, choices, outs, cached: bool) -> Response:
+    "The response of a request not streamed, from its choices' last outputs `outs`."
+    ids = req.return_token_ids
+    return json_response(
+        head
         | {
             "choices": [_whole_choice(req, reasoning, c, o) for c, o in zip(choices, outs)],
             "usage": usage(outs, req.n or 1, cached),

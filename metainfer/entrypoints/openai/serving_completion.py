@@ -6,12 +6,14 @@
 from __future__ import annotations
 from dataclasses import replace
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 from ...engine.outputs import RequestOutput
 from .protocol import CompletionRequest
 from .sampling import candidates_per_prompt
 from .prompts import completion_prompts
 from metainfer.entrypoints.openai.formatting import (
+    json_response,
     usage,
     response_head,
     completion_choice,
@@ -116,9 +118,18 @@ async def completions(request: Request):
     if req.stream:
         events = stream_events(choices, req, head, echoes, tokenizer, cached)
         return event_stream(events, choices)
-    outs = with_prompt_logprobs(choices, await final_outputs(choices, request))
+    outs = await final_outputs(choices, request)
+    # built and serialized off the event loop: 128 echoed prompts with logprobs make 140 MB
+    return await run_in_threadpool(
+        _whole_response, req, head, echoes, tokenizer, choices, outs, cached
+    )
+
+
+def _whole_response(req, head, echoes, tokenizer, choices, outs, cached: bool) -> Response:
+    "The response of a request not streamed, from its choices' last outputs `outs`."
+    outs = with_prompt_logprobs(choices, outs)
     kept = best_of(list(zip(choices, outs)), req.n or 1, candidates_per_prompt(req))
-    return JSONResponse(
+    return json_response(
         head
         | {
             "choices": [
