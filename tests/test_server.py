@@ -688,6 +688,9 @@ def test_response_id_named_by_the_client(client):
     assert {c.id for c in chunks} == {"chatcmpl-j8"}
     ids = {client.completions.create(model="tiny", prompt="hi", max_tokens=1).id for _ in "ab"}
     assert len(ids) == 2 and all(i.startswith("cmpl-") and len(i) == 5 + 32 for i in ids)
+    with pytest.raises(openai.BadRequestError, match="X-Request-Id: longer than 256"):
+        long_id = {"X-Request-Id": "x" * 257}  # (as the body's `request_id`: chunks repeat it)
+        client.completions.create(model="tiny", prompt="hi", max_tokens=1, extra_headers=long_id)
 
 
 def test_vllm_response_flags(ckpt):

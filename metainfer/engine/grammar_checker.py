@@ -6,6 +6,7 @@
 from __future__ import annotations
 import multiprocessing
 import pickle
+import copy
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,24 @@ from dataclasses import fields
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['GrammarChecker']
+__all__ = ['lltokenizer_args', 'lltokenizer', 'GrammarChecker']
+
+# %% ../../nbs/engine/12eb_grammar_checker.ipynb #6f9c7718
+def lltokenizer_args(tokenizer, vocab_size: int) -> tuple[str, int, int | None]:
+    """`(JSON, vocab_size, EOS id)` of a Hugging Face fast tokenizer, as `llguidance.hf` reads it
+    (without padding or truncation)."""
+    backend = copy.copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    return backend.to_str(), vocab_size, tokenizer.eos_token_id
+
+
+def lltokenizer(args: tuple[str, int, int | None]):
+    "The `llguidance.LLTokenizer` of `lltokenizer_args`."
+    import llguidance
+
+    text, vocab_size, eos = args
+    return llguidance.LLTokenizer(text, n_vocab=vocab_size, eos_token=eos)
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #23666fc8
 def _check(p, lltok, special: frozenset[str]) -> tuple[str | None, str | None]:
@@ -34,12 +52,11 @@ def _check(p, lltok, special: frozenset[str]) -> tuple[str | None, str | None]:
     return text, None
 
 
-def _serve(conn, tokenizer, vocab_size: int, special: frozenset[str]) -> None:
+def _serve(conn, lltokenizer_args: tuple, special: frozenset[str]) -> None:
     """The checking process: answers each `StructuredOutputsParams` that `conn` brings, on a thread
-    like those the engine builds matchers on (the same stack size)."""
-    import llguidance.hf
-
-    lltok = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size)
+    like those the engine builds matchers on (the same stack size). It imports neither torch nor
+    transformers: the tokenizer comes as llguidance's arguments."""
+    lltok = lltokenizer(lltokenizer_args)
     pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
     conn.send_bytes(b"ready")
     from .structured_outputs import StructuredOutputsParams
@@ -69,7 +86,8 @@ class GrammarChecker:
         timeout: float = 30.0,  # seconds a check may take
         start_timeout: float = 300.0,  # seconds the process may take to start (imports, tokenizer)
     ):
-        self.args = (tokenizer, vocab_size, special)  # what the process starts from
+        self.tokenizer, self.vocab_size, self.special = tokenizer, vocab_size, special
+        self._lltokenizer_args = None  # (made at the first start: a second or so)
         self.timeout, self.start_timeout = timeout, start_timeout
         self._proc = self._conn = self._stop = None
         self._lock = threading.Lock()
@@ -89,7 +107,10 @@ def _start(self: GrammarChecker) -> bool:
     ctx = multiprocessing.get_context("spawn")  # (a fork would copy the engine: threads, CUDA)
     self._conn, child = ctx.Pipe()
     serve = grammar_checker._serve
-    self._proc = ctx.Process(target=serve, args=(child, *self.args), daemon=True, name="grammar")
+    if self._lltokenizer_args is None:
+        self._lltokenizer_args = lltokenizer_args(self.tokenizer, self.vocab_size)
+    args = (child, self._lltokenizer_args, self.special)
+    self._proc = ctx.Process(target=serve, args=args, daemon=True, name="grammar")
     self._proc.start()
     child.close()
     self._stop = weakref.finalize(self, _stop_process, self._proc, self._conn)

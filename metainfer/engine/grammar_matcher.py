@@ -5,8 +5,11 @@
 # %% ../../nbs/engine/12ea_grammar_matcher.ipynb #2ba1fc69
 from __future__ import annotations
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 from fastcore.basics import patch
-from torch import Tensor
+
+if TYPE_CHECKING:  # (not imported: the grammar checker's process needs no torch)
+    from torch import Tensor
 
 # %% auto #0
 __all__ = ['ACTIVE', 'REASONING', 'MAY_REASON', 'GrammarMatcher']

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 
 # (these names were first defined here: importing them from here keeps working)
 from .grammar_matcher import ACTIVE, MAY_REASON, REASONING, GrammarMatcher  # noqa: F401
-from .grammar_checker import GrammarChecker
+from .grammar_checker import GrammarChecker, lltokenizer, lltokenizer_args
 
 # %% auto #0
 __all__ = ['KINDS', 'SEQUENCE_FIELDS', 'GrammarError', 'StructuredOutputsParams', 'no_additional_properties', 'grammar_text',
@@ -201,9 +201,7 @@ class GrammarCompiler:
 def lltokenizer(self: GrammarCompiler):
     with self._lock:
         if self._lltok is None:
-            import llguidance.hf
-
-            self._lltok = llguidance.hf.from_tokenizer(self.tokenizer, n_vocab=self.vocab_size)
+            self._lltok = lltokenizer(lltokenizer_args(self.tokenizer, self.vocab_size))
         return self._lltok
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #12ba512e

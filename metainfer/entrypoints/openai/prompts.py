@@ -99,8 +99,26 @@ def message_dict(m: ChatMessage) -> dict:
     return d
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #9a5fb28c
+# what the request's own fields give the template: not `chat_template_kwargs`' to set
+_RENDER_ARGUMENTS = frozenset(
+    {
+        "messages",
+        "conversation",
+        "tools",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+    }
+)
+
+
 def _render(req: ChatCompletionRequest, tokenizer, msgs: list[dict], tools) -> list[int]:
     "The token ids of `msgs` (and `tools`) by the chat template; a 400 if it fails."
+    if clash := sorted(_RENDER_ARGUMENTS.intersection(req.chat_template_kwargs or {})):
+        raise OpenAIError(
+            f"chat_template_kwargs may not set {', '.join(clash)}: the request's fields do",
+            param="chat_template_kwargs",
+        )
     kwargs = (req.chat_template_kwargs or {}) | (
         {"chat_template": req.chat_template} if req.chat_template is not None else {}
     )  # (a request's template: only from a server that trusts it, see `check_request`)
@@ -110,8 +128,10 @@ def _render(req: ChatCompletionRequest, tokenizer, msgs: list[dict], tools) -> l
         )
     except (jinja2.TemplateError, ValueError) as e:  # the template's or our own message
         raise OpenAIError(f"could not apply the chat template: {e}", param="messages") from None
-    except Exception as e:  # (logged; a client sees no Python error text)
-        logging.getLogger("metainfer").warning("chat template failed", exc_info=e)
+    except Exception as e:  # (logged in a line, traceback at debug; a client sees no Python text)
+        log = logging.getLogger("metainfer")
+        log.warning(f"chat template failed: {type(e).__name__}: {str(e)[:200]}")
+        log.debug("chat template failed", exc_info=e)
         raise OpenAIError(
             "could not apply the chat template to these messages and chat_template_kwargs",
             param="messages",

@@ -313,8 +313,9 @@ async def submit(
 ):
     """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model
     name, choices, response id)`. `parser_of(state, request, prompt ids)`: each choice's
-    `ChatOutputParser`. The response is named by an `X-Request-Id` header, else by the body's
-    `request_id`, as vLLM names it (`cmpl-{id}`, `chatcmpl-{id}`)."""
+    `ChatOutputParser`. The response is named by an `X-Request-Id` header (of at most 256
+    characters, as the body's), else by the body's `request_id`, as vLLM names it (`cmpl-{id}`)."""
     st, req = await read_request(request, cls)
-    named = request.headers.get("x-request-id") or req.request_id
+    if len(named := request.headers.get("x-request-id") or req.request_id or "") > 256:
+        raise OpenAIError("X-Request-Id: longer than 256 characters", param="X-Request-Id")
     return (req, *await add_choices(st, req, prompts_of, prefix, parser_of, named))
