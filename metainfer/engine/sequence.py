@@ -144,11 +144,11 @@ class SamplingParams:
                 except TypeError:
                     raise ValueError(f"{name} must be an integer, got {v!r}") from None
         if self.stop and not self.detokenize:
-            raise ValueError("stop strings need detokenize=True")
+            raise ValueError("stop strings need detokenize=True")  # (a check of ours, no field)
         if any(not w for w in self.bad_words or ()):
             raise ValueError("bad_words must not contain an empty string")
         if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+            raise ValueError("stop must not contain an empty string")
         for name in ("logprobs", "prompt_logprobs"):
             if (k := getattr(self, name)) is not None and k < -1:  # (the upper bound: `admit`)
                 raise ValueError(f"{name} must be >= 0, or -1 for every token, got {k}")

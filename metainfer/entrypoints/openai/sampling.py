@@ -274,5 +274,8 @@ def sampling_params(
         max_tokens = 1
     try:
         return SamplingParams(**defaults | given | dict(max_tokens=max_tokens))
-    except ValueError as e:
-        raise OpenAIError(str(e)) from None
+    except ValueError as e:  # (its message starts with the field, where the request has one)
+        field = str(e).split(" ", 1)[0]
+        raise OpenAIError(
+            str(e), param=field if field in type(req).model_fields else None
+        ) from None
