@@ -4,12 +4,12 @@ graph (as a step's layers are), the median of five timed rounds of `iters` repla
 import torch
 
 
-def graph_us(fn, reps: int, iters: int) -> float:
-    "µs per call of `fn`, captured `reps` times in one graph and replayed `iters` times a round."
+def captured(fn, reps: int = 1, warmups: int = 3) -> torch.cuda.CUDAGraph:
+    "A graph of `reps` calls of `fn`, after `warmups` calls (compiling) off the capturing stream."
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up (and compile) off the capturing stream
-        for _ in range(3):
+    with torch.cuda.stream(s):
+        for _ in range(warmups):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
@@ -18,6 +18,12 @@ def graph_us(fn, reps: int, iters: int) -> float:
             fn()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_us(fn, reps: int, iters: int) -> float:
+    "µs per call of `fn`, captured `reps` times in one graph and replayed `iters` times a round."
+    g = captured(fn, reps)
     ts = []
     for _ in range(5):
         a, b = torch.cuda.Event(True), torch.cuda.Event(True)

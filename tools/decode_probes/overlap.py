@@ -19,7 +19,7 @@ import json
 import random
 import sys
 import torch
-from graph_timing import paged_batch
+from graph_timing import captured, paged_batch
 from metainfer.kernels.triton_decode import paged_decode
 from metainfer.kernels.triton_linear import scaled_mm
 from metainfer.kernels.triton_norms import add_rms_norm, rms_norm
@@ -143,16 +143,7 @@ def ping_pong():
 
 
 def step_ms(fn) -> tuple[float, torch.Tensor]:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
+    g = captured(fn, warmups=1)
     y = out["y"].clone()
     ts = []
     for _ in range(5):
