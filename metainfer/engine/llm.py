@@ -39,7 +39,7 @@ def json_or_text(s: str) -> Any:
     hold none."""
     try:
         return x if isinstance(x := json.loads(s), dict) else s
-    except ValueError:
+    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
         return s
 
 
