@@ -4,13 +4,18 @@
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #1877f7bc
 from __future__ import annotations
-import multiprocessing
-import pickle
 import copy
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
+from multiprocessing.connection import Connection
 from fastcore.basics import patch
 
 # %% auto #0
@@ -34,88 +39,82 @@ def lltokenizer(args: tuple[str, int, int | None]):
     return llguidance.LLTokenizer(text, n_vocab=vocab_size, eos_token=eos)
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #23666fc8
-def _check(p, lltok, special: frozenset[str]) -> tuple[str | None, str | None]:
-    "`(llguidance's text of p's grammar, None)` once it compiled, or `(None, why not)`."
-    import llguidance
-    from .structured_outputs import GrammarError, grammar_text
-
+def _serve(read_fd: int, write_fd: int) -> None:
+    """The checking process (`python -c`: it imports no `__main__` of the engine's): takes its
+    `compile_grammar` and llguidance tokenizer from the pipe `read_fd`, then answers each request's
+    fields by `compile_grammar` on a thread like those the engine builds matchers on (the same
+    stack size). It imports neither torch nor transformers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (Ctrl-C is the engine's, which then ends this)
+    requests, answers = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     try:
-        text = grammar_text(p, special)
-    except GrammarError as e:
-        return None, str(e)
-    except RecursionError:  # (Python's own: a schema nested past the interpreter's limit)
-        return None, f"the {p.kind} grammar is nested too deeply"
-    if (m := llguidance.LLMatcher(lltok, text, log_level=0)).is_error():
-        error = m.get_error()  # (shortened: it may list every special token)
-        error = error if len(error) <= 500 else error[:500] + " …"
-        return None, f"the {p.kind} grammar can't be compiled: {error}"
-    return text, None
-
-
-def _serve(conn, lltokenizer_args: tuple, special: frozenset[str]) -> None:
-    """The checking process: answers each `StructuredOutputsParams` that `conn` brings, on a thread
-    like those the engine builds matchers on (the same stack size). It imports neither torch nor
-    transformers: the tokenizer comes as llguidance's arguments."""
-    lltok = lltokenizer(lltokenizer_args)
-    pool = ThreadPoolExecutor(1, thread_name_prefix="grammar")
-    conn.send_bytes(b"ready")
-    from .structured_outputs import StructuredOutputsParams
-
+        compile_grammar, tokenizer_args = pickle.loads(requests.recv_bytes())
+    except EOFError:  # the engine has gone
+        return
+    lltok, pool = lltokenizer(tokenizer_args), ThreadPoolExecutor(1, thread_name_prefix="grammar")
+    answers.send_bytes(b"ready")
     while True:
         try:
-            sent = conn.recv_bytes()
-        except EOFError:  # the engine has gone
+            sent = requests.recv_bytes()
+        except EOFError:
             return
         try:
-            p = StructuredOutputsParams(**pickle.loads(sent))
-            answer = pool.submit(_check, p, lltok, special).result()
+            answer = pool.submit(compile_grammar, pickle.loads(sent), lltok).result()
         except Exception as e:  # noqa: BLE001 (whatever the request's grammar raised: its answer)
             answer = (None, f"the grammar can't be compiled: {e}")
-        conn.send(answer)
+        answers.send(answer)
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #6e8be946
 class GrammarChecker:
-    """A spawned process that makes and compiles each grammar once before the engine does (started
-    at the first check, again after a grammar killed it). Thread-safe: checks take turns."""
+    """A process that makes and compiles each grammar once before the engine does (started at the
+    first check, again after a grammar killed it). Thread-safe: checks take turns."""
 
     def __init__(
         self,
-        tokenizer,  # a Hugging Face fast tokenizer (sent to the process)
+        compile_grammar,  # `(fields, llguidance tokenizer) -> (text, None) | (None, why)`, by name
+        tokenizer,  # a Hugging Face fast tokenizer (sent to the process as llguidance takes it)
         vocab_size: int,
-        special: frozenset[str],  # the tokenizer's special tokens
         timeout: float = 30.0,  # seconds a check may take
         start_timeout: float = 300.0,  # seconds the process may take to start (imports, tokenizer)
     ):
-        self.tokenizer, self.vocab_size, self.special = tokenizer, vocab_size, special
+        self.compile_grammar, self.tokenizer, self.vocab_size = (
+            compile_grammar,
+            tokenizer,
+            vocab_size,
+        )
         self._lltokenizer_args = None  # (made at the first start: a second or so)
         self.timeout, self.start_timeout = timeout, start_timeout
-        self._proc = self._conn = self._stop = None
+        self._proc = self._requests = self._answers = self._stop = None
         self._lock = threading.Lock()
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #4058685a
-def _stop_process(proc, conn) -> None:
+def _stop_process(proc: subprocess.Popen, *pipes: Connection) -> None:
     proc.kill()
-    proc.join()
-    conn.close()
+    proc.wait()
+    for pipe in pipes:
+        pipe.close()
 
 
 @patch
 def _start(self: GrammarChecker) -> bool:
-    "Start the process; whether it is ready (its tokenizer loaded) within `start_timeout`."
-    from metainfer.engine import grammar_checker  # (the spawned process imports `_serve` by name)
-
-    ctx = multiprocessing.get_context("spawn")  # (a fork would copy the engine: threads, CUDA)
-    self._conn, child = ctx.Pipe()
-    serve = grammar_checker._serve
+    """Start the process, a fresh interpreter (`multiprocessing`'s spawn would run a script's
+    `__main__` again); whether it is ready (its tokenizer loaded) within `start_timeout`."""
     if self._lltokenizer_args is None:
         self._lltokenizer_args = lltokenizer_args(self.tokenizer, self.vocab_size)
-    args = (child, self._lltokenizer_args, self.special)
-    self._proc = ctx.Process(target=serve, args=args, daemon=True, name="grammar")
-    self._proc.start()
-    child.close()
-    self._stop = weakref.finalize(self, _stop_process, self._proc, self._conn)
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    code = f"from metainfer.engine.grammar_checker import _serve; _serve({down_r}, {up_w})"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(down_r, up_w), env=env)
+    os.close(down_r)  # (ours closed: a write to a dead process fails rather than blocks)
+    os.close(up_w)
+    self._requests, self._answers = (
+        Connection(down_w, readable=False),
+        Connection(up_r, writable=False),
+    )
+    self._stop = weakref.finalize(self, _stop_process, self._proc, self._requests, self._answers)
     try:
-        return self._conn.poll(self.start_timeout) and self._conn.recv_bytes() == b"ready"
+        self._requests.send_bytes(pickle.dumps((self.compile_grammar, self._lltokenizer_args)))
+        return self._answers.poll(self.start_timeout) and self._answers.recv_bytes() == b"ready"
     except (EOFError, OSError):
         return False
 
@@ -125,28 +124,29 @@ def close(self: GrammarChecker) -> None:
     "Stop the process (the next check starts another); idempotent."
     if self._stop is not None:
         self._stop()
-    self._proc = self._conn = self._stop = None
+    self._proc = self._requests = self._answers = self._stop = None
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #e256db84
 @patch
 def check(self: GrammarChecker, p) -> tuple[str | None, str | None]:
     "`(llguidance's text of p's grammar, None)` once it compiled in the process, or `(None, why)`."
     with self._lock:
-        if self._proc is None or not self._proc.is_alive():
+        if self._proc is None or self._proc.poll() is not None:
             self.close()
             if not self._start():
                 self.close()
                 return None, "the grammar compiler did not start"
-        try:  # (its fields: the process makes its own `StructuredOutputsParams` of them)
+        try:  # (its fields: the process makes its own params of them)
             sent = pickle.dumps({f.name: getattr(p, f.name) for f in fields(p)})
         except RecursionError:  # (a dict nested past the interpreter's limit)
             return None, f"the {p.kind} grammar is nested too deeply"
         try:
-            self._conn.send_bytes(sent)
-            if self._conn.poll(self.timeout):
-                return self._conn.recv()
+            self._requests.send_bytes(sent)
+            if self._answers.poll(self.timeout):
+                return self._answers.recv()
             why = f"took more than {self.timeout:g} s to compile"
         except (EOFError, OSError):  # the process died: (a stack overflow, as a rule)
             why = "crashed the grammar compiler (nested or chained too deeply?)"
         self.close()
+        logging.getLogger("metainfer").warning(f"grammar checker: a {p.kind} grammar {why}")
         return None, f"the {p.kind} grammar {why}"

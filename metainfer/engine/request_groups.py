@@ -32,7 +32,8 @@ class RequestGroups:
         self._of: dict[str, tuple[str, int]] = {}  # a member's id -> (request id, index)
 
     def __contains__(self, request_id: str) -> bool:
-        return request_id in self._groups
+        "Whether `request_id` names a request in flight here, or one of its members."
+        return request_id in self._groups or request_id in self._of
 
 # %% ../../nbs/engine/13e_request_groups.ipynb #821388b7
 @patch

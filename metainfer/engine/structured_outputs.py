@@ -4,6 +4,7 @@
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #74283c4a
 from __future__ import annotations
+import functools
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -174,6 +175,27 @@ def grammar_text(p: StructuredOutputsParams, special: frozenset[str] = frozenset
         case "structural_tag":
             return _structural_tag_grammar(_load_json(p.structural_tag, "structural_tag"), special)
 
+# %% ../../nbs/engine/12e_structured_outputs.ipynb #5f2c9e1c
+def _compiled_grammar(
+    fields: dict, lltok, special: frozenset[str]
+) -> tuple[str | None, str | None]:
+    """`(llguidance's text of the grammar of StructuredOutputsParams(**fields), None)` once it
+    compiled, or `(None, why not)`."""
+    import llguidance
+
+    p = StructuredOutputsParams(**fields)
+    try:
+        text = grammar_text(p, special)
+    except GrammarError as e:
+        return None, str(e)
+    except RecursionError:  # (Python's own: a schema nested past the interpreter's limit)
+        return None, f"the {p.kind} grammar is nested too deeply"
+    if (m := llguidance.LLMatcher(lltok, text, log_level=0)).is_error():
+        error = m.get_error()  # (shortened: it may list every special token)
+        error = error if len(error) <= 500 else error[:500] + " …"
+        return None, f"the {p.kind} grammar can't be compiled: {error}"
+    return text, None
+
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #4109b419
 class GrammarCompiler:
     """One per engine: `tokenizer` (a Hugging Face fast tokenizer) for llguidance, built at first
@@ -192,9 +214,16 @@ class GrammarCompiler:
         self.cache_size, self.cache_chars, self._chars = cache_size, cache_chars, 0
         self._lltok, self._cache, self._lock = None, OrderedDict(), threading.Lock()
         self._executor = self._builder = None
-        # each new grammar is made and compiled first in a process of its own
+        # each new grammar is made and compiled first in a process of its own, which imports the
+        # package's `_compiled_grammar` by name (so, here, not a notebook's)
+        from metainfer.engine.structured_outputs import _compiled_grammar
+
         special = frozenset(tokenizer.all_special_tokens)
-        self.checker = GrammarChecker(tokenizer, vocab_size, special)
+        compile_grammar = functools.partial(_compiled_grammar, special=special)
+        self.checker = GrammarChecker(compile_grammar, tokenizer, vocab_size)
+        # the engine thread's own, for a grammar not cached when its sequence is admitted (offline,
+        # or evicted since the server checked it): it never waits behind the requests' checks
+        self.admission_checker = GrammarChecker(compile_grammar, tokenizer, vocab_size)
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #8c861a9b
 @patch(as_prop=True)
@@ -233,11 +262,20 @@ def _cached(self: GrammarCompiler, key: str) -> str | None:
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #ede2594e
 @patch
-def compile(self: GrammarCompiler, p: StructuredOutputsParams) -> str:
-    "`p`'s grammar, checked (and cached): llguidance's text of it, or a `GrammarError`."
-    if (text := self._cached(key := p.key())) is not None:
+def compile(
+    self: GrammarCompiler, p: StructuredOutputsParams, checker: GrammarChecker | None = None
+) -> str:
+    """`p`'s grammar, checked (by `checker`, else the requests' one) and cached: llguidance's text
+    of it, or a `GrammarError`."""
+    try:
+        key = p.key()
+    except RecursionError:  # (a dict schema nested past the interpreter's limit)
+        raise GrammarError(f"the {p.kind} grammar is nested too deeply") from None
+    if (text := self._cached(key)) is not None:
         return text
-    text, why = self.checker.check(p)  # (a grammar that crashes llguidance crashes its process)
+    text, why = (checker or self.checker).check(
+        p
+    )  # (a grammar that crashes llguidance: its process)
     if text is None:
         raise GrammarError(why)
     self._store(key, text)
@@ -259,7 +297,7 @@ def executor(self: GrammarCompiler):
 def matcher(self: GrammarCompiler, p: StructuredOutputsParams) -> GrammarMatcher:
     """A new sequence's `GrammarMatcher`, its llguidance matcher built in the background (it is
     needed at the sequence's first sampled token, after its prefill)."""
-    text = self.compile(p)
+    text = self.compile(p, self.admission_checker)
     with self._lock:
         if self._builder is None:
             self._builder = ThreadPoolExecutor(4, thread_name_prefix="grammar")
