@@ -76,11 +76,8 @@ class GrammarChecker:
         timeout: float = 30.0,  # seconds a check may take
         start_timeout: float = 300.0,  # seconds the process may take to start (imports, tokenizer)
     ):
-        self.compile_grammar, self.tokenizer, self.vocab_size = (
-            compile_grammar,
-            tokenizer,
-            vocab_size,
-        )
+        self.compile_grammar = compile_grammar
+        self.tokenizer, self.vocab_size = tokenizer, vocab_size
         self._lltokenizer_args = None  # (made at the first start: a second or so)
         self.timeout, self.start_timeout = timeout, start_timeout
         self._proc = self._requests = self._answers = self._stop = None
@@ -107,10 +104,8 @@ def _start(self: GrammarChecker) -> bool:
     self._proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(down_r, up_w), env=env)
     os.close(down_r)  # (ours closed: a write to a dead process fails rather than blocks)
     os.close(up_w)
-    self._requests, self._answers = (
-        Connection(down_w, readable=False),
-        Connection(up_r, writable=False),
-    )
+    self._requests = Connection(down_w, readable=False)
+    self._answers = Connection(up_r, writable=False)
     self._stop = weakref.finalize(self, _stop_process, self._proc, self._requests, self._answers)
     try:
         self._requests.send_bytes(pickle.dumps((self.compile_grammar, self._lltokenizer_args)))

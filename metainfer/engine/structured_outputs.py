@@ -15,7 +15,8 @@ from fastcore.basics import patch
 
 # (these names were first defined here: importing them from here keeps working)
 from .grammar_matcher import ACTIVE, MAY_REASON, REASONING, GrammarMatcher  # noqa: F401
-from .grammar_checker import GrammarChecker, lltokenizer, lltokenizer_args
+from .grammar_checker import GrammarChecker, lltokenizer_args
+from .grammar_checker import lltokenizer as llguidance_tokenizer
 
 # %% auto #0
 __all__ = ['KINDS', 'SEQUENCE_FIELDS', 'GrammarError', 'StructuredOutputsParams', 'no_additional_properties', 'grammar_text',
@@ -230,7 +231,7 @@ class GrammarCompiler:
 def lltokenizer(self: GrammarCompiler):
     with self._lock:
         if self._lltok is None:
-            self._lltok = lltokenizer(lltokenizer_args(self.tokenizer, self.vocab_size))
+            self._lltok = llguidance_tokenizer(lltokenizer_args(self.tokenizer, self.vocab_size))
         return self._lltok
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #12ba512e
