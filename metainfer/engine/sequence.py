@@ -144,7 +144,7 @@ class SamplingParams:
                 except TypeError:
                     raise ValueError(f"{name} must be an integer, got {v!r}") from None
         if self.stop and not self.detokenize:
-            raise ValueError("stop strings need detokenize=True")  # (a check of ours, no field)
+            raise ValueError("stop strings need detokenize=True")
         if any(not w for w in self.bad_words or ()):
             raise ValueError("bad_words must not contain an empty string")
         if any(not s for s in self.stop):

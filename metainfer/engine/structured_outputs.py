@@ -274,9 +274,8 @@ def compile(
         raise GrammarError(f"the {p.kind} grammar is nested too deeply") from None
     if (text := self._cached(key)) is not None:
         return text
-    text, why = (checker or self.checker).check(
-        p
-    )  # (a grammar that crashes llguidance: its process)
+    # (in a process of its own: a grammar that crashes llguidance crashes that process)
+    text, why = (checker or self.checker).check(p)
     if text is None:
         raise GrammarError(why)
     self._store(key, text)
