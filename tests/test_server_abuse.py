@@ -19,6 +19,7 @@ from metainfer.entrypoints.openai.api_server import ServerThread, bind_socket, b
 
 MAX_MODEL_LEN = 256
 CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
+JSON = {"content-type": "application/json"}
 HI = [{"role": "user", "content": "hi"}]
 INJECTED = "INJECTED {{ messages[0].content }}"
 
@@ -129,7 +130,7 @@ BAD_2MB = json.dumps({"prompt": ["x"] + [1] * 700_000}).encode()  # 2.1 MB, 700k
 
 def test_huge_wrong_list_fails_fast_with_a_short_summary(http):
     t = time.monotonic()
-    err = error_of(http.post(CMPL, content=BAD_2MB, headers={"content-type": "application/json"}))
+    err = error_of(http.post(CMPL, content=BAD_2MB, headers=JSON))
     assert time.monotonic() - t < 2, "validation must stop at the first wrong item"
     assert len(err["message"]) < 500 and err["param"] == "prompt"
     assert "more errors" in err["message"]  # at most a few quoted, the rest counted
@@ -137,7 +138,7 @@ def test_huge_wrong_list_fails_fast_with_a_short_summary(http):
 
 def test_body_over_the_limit_is_a_413(engine):
     with ServerThread(build_app(engine, ["tiny"], max_body_bytes=1 << 20)) as srv:
-        r = httpx.post(srv.url + CMPL, content=BAD_2MB, timeout=30)
+        r = httpx.post(srv.url + CMPL, content=BAD_2MB, headers=JSON, timeout=30)
     assert error_of(r, 413)["code"] == "request_too_large"
 
 

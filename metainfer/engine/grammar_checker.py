@@ -134,7 +134,7 @@ def check(self: GrammarChecker, p) -> tuple[str | None, str | None]:
         try:  # (its fields: the process makes its own params of them)
             sent = pickle.dumps({f.name: getattr(p, f.name) for f in fields(p)})
         except RecursionError:  # (a dict nested past the interpreter's limit)
-            return None, f"the {p.kind} grammar is nested too deeply"
+            return None, f"{p.described} is nested too deeply"
         try:
             self._requests.send_bytes(sent)
             if self._answers.poll(self.timeout):
@@ -144,4 +144,4 @@ def check(self: GrammarChecker, p) -> tuple[str | None, str | None]:
             why = "crashed the grammar compiler (nested or chained too deeply?)"
         self.close()
         logging.getLogger("metainfer").warning(f"grammar checker: a {p.kind} grammar {why}")
-        return None, f"the {p.kind} grammar {why}"
+        return None, f"{p.described} {why}"

@@ -73,6 +73,11 @@ class StructuredOutputsParams:
 def kind(self: StructuredOutputsParams) -> str:
     return next(k for k in KINDS if getattr(self, k) not in (None, False))
 
+# %% ../../nbs/engine/12e_structured_outputs.ipynb #6ba7f33a
+@patch(as_prop=True)
+def described(self: StructuredOutputsParams) -> str:
+    return "the grammar" if self.kind == "grammar" else f"the {self.kind} grammar"
+
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #84daed06
 @patch
 def key(self: StructuredOutputsParams) -> str:
@@ -190,11 +195,11 @@ def _compiled_grammar(
     except GrammarError as e:
         return None, str(e)
     except RecursionError:  # (Python's own: a schema nested past the interpreter's limit)
-        return None, f"the {p.kind} grammar is nested too deeply"
+        return None, f"{p.described} is nested too deeply"
     if (m := llguidance.LLMatcher(lltok, text, log_level=0)).is_error():
         error = m.get_error()  # (shortened: it may list every special token)
         error = error if len(error) <= 500 else error[:500] + " …"
-        return None, f"the {p.kind} grammar can't be compiled: {error}"
+        return None, f"{p.described} can't be compiled: {error}"
     return text, None
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #4109b419
@@ -271,7 +276,7 @@ def compile(
     try:
         key = p.key()
     except RecursionError:  # (a dict schema nested past the interpreter's limit)
-        raise GrammarError(f"the {p.kind} grammar is nested too deeply") from None
+        raise GrammarError(f"{p.described} is nested too deeply") from None
     if (text := self._cached(key)) is not None:
         return text
     # (in a process of its own: a grammar that crashes llguidance crashes that process)

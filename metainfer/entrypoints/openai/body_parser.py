@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from .protocol import OpenAIError, OpenAIModel, parse_request
 
 # %% auto #0
-__all__ = ['BIG_BODY_BYTES', 'BodyParser']
+__all__ = ['BIG_BODY_BYTES', 'BodyParser', 'check_media_type']
 
 # %% ../../../nbs/entrypoints/openai/16ea_body_parser.ipynb #40e83c5b
 BIG_BODY_BYTES = 256 * 2**10  # larger bodies are validated in a worker process
@@ -47,3 +47,14 @@ def close(self: BodyParser) -> None:
     if self.pool is not None:
         self.pool.shutdown(cancel_futures=True)
     self.pool = None
+
+# %% ../../../nbs/entrypoints/openai/16ea_body_parser.ipynb #14b7ec46
+def check_media_type(content_type: str | None) -> None:
+    "A 400 unless `content_type` (the request's header) is `application/json`, parameters aside."
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise OpenAIError(
+            f"Content-Type: {media or 'none'} given; only application/json is accepted",
+            code="unsupported_media_type",
+            param="Content-Type",
+        )

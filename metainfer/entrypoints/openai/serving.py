@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from ...engine.admission import bad_words_index, truncated
 from ...engine.sequence import SamplingParams
-from .body_parser import BodyParser
+from .body_parser import BodyParser, check_media_type
 from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
@@ -116,11 +116,11 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #a6350f1e
 async def read_request(request: Request, cls: type[OpenAIModel]):
-    """`(server state, request)`: the body read (at most `max_body_bytes`) and validated off the
-    event loop, so a large bad body never stalls other clients."""
+    """`(server state, request)`: the body, declared JSON, read (at most `max_body_bytes`) and
+    validated off the event loop, so a large bad body never stalls other clients."""
     st = server_state(request)
-    body = await read_body(request, st.max_body_bytes)
-    req = await st.body_parser.parse(cls, body)
+    check_media_type(request.headers.get("content-type"))
+    req = await st.body_parser.parse(cls, await read_body(request, st.max_body_bytes))
     return st, with_server_defaults(
         req, st.return_tokens_as_token_ids, st.enable_force_include_usage
     )

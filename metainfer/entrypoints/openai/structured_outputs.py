@@ -178,7 +178,8 @@ def request_grammars(
         raise OpenAIError(f"{field}: this model has no tokenizer for a grammar", param=field)
     try:
         grammars.compile(so)
-    except GrammarError as e:
-        raise OpenAIError(f"{field}: {e}", param=field) from None
+    except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
+        param = "tools" if field == "tool_choice" else field
+        raise OpenAIError(f"{param}: {e}", param=param) from None
     chat = isinstance(req, ChatCompletionRequest)
     return [replace(so, **reasoning_tokens(tokenizer, ids, reasoning and chat)) for ids in prompts]
