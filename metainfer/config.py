@@ -14,9 +14,9 @@ from .hub import model_folder
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
-           'KV_CACHE_DTYPES', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig', 'load_model_config', 'arg',
-           'EngineConfig', 'generation_defaults', 'generation_eos_ids', 'allowed_model_len', 'token_budget',
-           'add_engine_args', 'engine_config']
+           'KV_CACHE_DTYPES', 'POSITIVE_COUNTS', 'GENERATION_DEFAULTS', 'model_family', 'ModelConfig',
+           'load_model_config', 'arg', 'EngineConfig', 'generation_defaults', 'generation_eos_ids', 'allowed_model_len',
+           'token_budget', 'add_engine_args', 'engine_config']
 
 # %% ../nbs/01_config.ipynb #8c4f85ba
 ARCHITECTURES: dict[str, str] = {
@@ -129,6 +129,9 @@ DTYPES |= {"float": "float32", "float32": "float32"}
 # vLLM's --kv-cache-dtype names: auto (the model's dtype, or FP8 for a checkpoint calibrated for
 # it), bfloat16, or FP8 e4m3 (either name)
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
+# settings that count something, at least one if given
+POSITIVE_COUNTS = ("tensor_parallel_size", "block_size", "max_num_seqs", "max_num_batched_tokens")
+POSITIVE_COUNTS += ("num_kv_blocks", "max_model_len")
 
 # %% ../nbs/01_config.ipynb #6020d5ff
 def arg(default: Any, help: str, **flag: Any) -> Any:
@@ -216,26 +219,25 @@ class EngineConfig:
 
     def __post_init__(self):
         self.model = model_folder(self.model, self.revision)
-        if self.tensor_parallel_size < 1:
-            raise ValueError("tensor_parallel_size must be >= 1")
+        for name in POSITIVE_COUNTS:
+            if (v := getattr(self, name)) is not None and v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        if not 0 < self.gpu_memory_utilization <= 1 or not 0 < self.kv_cache_memory_gb < 1e6:
+            raise ValueError("gpu_memory_utilization must be in (0, 1], kv_cache_memory_gb > 0")
+        if self.max_logprobs < -1:
+            raise ValueError(f"max_logprobs must be >= 0, or -1 (no limit): {self.max_logprobs}")
         if self.expert_parallel_size and self.tensor_parallel_size % self.expert_parallel_size:
             raise ValueError("expert_parallel_size must divide tensor_parallel_size")
-        if self.block_size < 1:
-            raise ValueError("block_size must be >= 1")
         if not isinstance(self.dtype, str):  # a torch.dtype (vLLM takes one too)
             self.dtype = str(self.dtype).removeprefix("torch.")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         self.dtype = DTYPES[self.dtype]
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            choices = ", ".join(KV_CACHE_DTYPES)
             raise ValueError(
-                f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; choose from "
-                f"{', '.join(KV_CACHE_DTYPES)}"
+                f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; choose from {choices}"
             )
-        if self.max_num_seqs < 1:
-            raise ValueError("max_num_seqs must be >= 1")
-        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
-            raise ValueError("max_num_batched_tokens must be >= 1")
         if not 0 <= self.node_rank < self.nnodes or self.tensor_parallel_size % self.nnodes:
             raise ValueError(
                 f"node_rank {self.node_rank} of nnodes {self.nnodes}: need 0 <= node_rank < nnodes,"

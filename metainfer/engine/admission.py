@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from ..config import generation_eos_ids
 from .sequence import SamplingParams, Sequence
-from .structured_outputs import GrammarCompiler
+from .structured_outputs import GrammarCompiler, StructuredOutputsParams
 from .token_masks import BadWords, index_bad_words
 
 # %% auto #0
@@ -24,11 +24,15 @@ class AdmissionError(ValueError):
         self.param = param
 
 # %% ../../nbs/engine/13d_admission.ipynb #43f0722d
-def load_tokenizer(model_dir: str):
-    "The model's Hugging Face tokenizer, or `None` for a checkpoint without one (token ids only)."
+def load_tokenizer(model_dir: str, tokenizer: str | None = None):
+    """The model's Hugging Face tokenizer (or the folder `tokenizer`'s), or `None` for a checkpoint
+    without one (token ids only); a `ValueError` for a `tokenizer` folder that holds none."""
     files = ("tokenizer.json", "tokenizer_config.json")
-    if not any((Path(model_dir) / f).exists() for f in files):
+    if not any((Path(tokenizer or model_dir) / f).exists() for f in files):
+        if tokenizer is not None:
+            raise ValueError(f"tokenizer {tokenizer!r}: no {' or '.join(files)} there")
         return None
+    model_dir = tokenizer or model_dir
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
@@ -100,7 +104,10 @@ def admit(
             "admit takes one completion's params: LLMEngine.add_request fans n out (RequestGroups)",
             "n",
         )
-    needs_text = params.stop or params.bad_words or params.structured_outputs is not None
+    so = params.structured_outputs
+    if not (so is None or isinstance(so, StructuredOutputsParams)):
+        raise AdmissionError(f"structured_outputs must be StructuredOutputsParams, not {so!r:.40}")
+    needs_text = params.stop or params.bad_words or so is not None
     if tokenizer is None and (isinstance(prompt, str) or needs_text):
         raise AdmissionError(
             "this model has no tokenizer: pass token ids, and no stop strings, bad words or "
@@ -131,6 +138,6 @@ def admit(
     seq = Sequence(ids, params, block_size)
     if params.bad_words:
         seq.bad_words = params.bad_words_index or bad_words_index(tokenizer, params.bad_words)
-    if (so := params.structured_outputs) is not None:
+    if so is not None:
         seq.grammar = grammars.matcher(so)
     return text, seq

@@ -6,83 +6,18 @@
 from __future__ import annotations
 from dataclasses import replace
 from itertools import count
-import json
-from typing import Any, Iterator
+from typing import Iterator
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
 from ..inputs import PromptType, prompt_list
 from .sequence import RequestOutputKind, SamplingParams
+from .chat_template import RENDER_ARGUMENTS, chat_token_ids
 from .outputs import CompletionOutput, RequestOutput
 from .llm_engine import LLMEngine
 
 # %% auto #0
-__all__ = ['text_content', 'json_or_text', 'template_message', 'chat_token_ids', 'default_sampling_params', 'as_delta', 'LLM']
-
-# %% ../../nbs/engine/14a_llm.ipynb #36c322f5
-def text_content(message: dict) -> dict:
-    """`message` with its content as one string: OpenAI's list of text parts joined by newlines (as
-    vLLM's `auto` content format does for string templates); other parts are refused."""
-    parts = message.get("content")
-    if not isinstance(parts, list):
-        return message
-    if any(
-        not isinstance(p, dict) or (p.get("type"), type(p.get("text"))) != ("text", str)
-        for p in parts
-    ):
-        raise ValueError("only text content parts are supported")
-    return message | {"content": "\n".join(p["text"] for p in parts)}
-
-# %% ../../nbs/engine/14a_llm.ipynb #73644ed1
-def json_or_text(s: str) -> Any:
-    """Tool call arguments as templates take them: the JSON object they hold, or the text if they
-    hold none."""
-    try:
-        return x if isinstance(x := json.loads(s), dict) else s
-    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
-        return s
-
-
-def template_message(message: dict) -> dict:
-    "`message` as chat templates take it: its content a string, its tool calls' arguments objects."
-    m = text_content(message) | ({"content": ""} if message.get("content") is None else {})
-    if calls := m.get("tool_calls"):
-        m["tool_calls"] = [
-            c | {"function": f | {"arguments": json_or_text(f["arguments"])}}
-            if isinstance((f := c.get("function") or {}).get("arguments"), str)
-            else c
-            for c in calls
-        ]
-    return m
-
-# %% ../../nbs/engine/14a_llm.ipynb #4a0bd753
-def chat_token_ids(
-    tokenizer,
-    messages: list[dict],
-    tools: list[dict] | None = None,
-    add_generation_prompt: bool = True,
-    continue_final_message: bool = False,
-    chat_template: str | None = None,  # instead of the tokenizer's
-    **template_kwargs,
-) -> list[int]:
-    """A conversation rendered by the chat template (with `tools`, if any: a template that takes
-    none renders without them, as in vLLM), as token ids ready for the model: the assistant's turn
-    opened, or (`continue_final_message`) its last message left open to continue."""
-    template = chat_template or (tokenizer is not None and tokenizer.chat_template)
-    if tokenizer is None or not template:
-        raise ValueError("this model has no chat template")
-    if add_generation_prompt and continue_final_message:
-        raise ValueError("continue_final_message needs add_generation_prompt: false")
-    text = tokenizer.apply_chat_template(
-        [template_message(m) for m in messages],
-        tools=tools,
-        tokenize=False,
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=continue_final_message,
-        chat_template=chat_template,
-        **template_kwargs,
-    )
-    return tokenizer(text, add_special_tokens=False).input_ids
+__all__ = ['default_sampling_params', 'as_delta', 'LLM']
 
 # %% ../../nbs/engine/14a_llm.ipynb #a9a6157c
 def default_sampling_params(defaults: dict) -> SamplingParams:
@@ -131,6 +66,8 @@ class LLM:
             )
         )
         self._ids = count()
+        # outputs one call's steps made for another call's requests, held for it (the latest each)
+        self._held: dict[str, RequestOutput] = {}
 
     def __enter__(self):
         return self
@@ -171,6 +108,8 @@ def shutdown(self: LLM) -> None:
 def _abort(self: LLM, ids: list[str]) -> None:
     "Abort every request of `ids`, all `n` completions each (finished or unknown ones: ignored)."
     self.engine.abort_request(ids)
+    for rid in ids:
+        self._held.pop(rid, None)
 
 # %% ../../nbs/engine/14a_llm.ipynb #b6e3e1ae
 @patch
@@ -185,16 +124,50 @@ def _submit(self: LLM, prompts, sampling_params, stream: bool):
     )
     if len(params) != len(prompts):
         raise ValueError("need one SamplingParams per prompt, or one for all")
+    for i, sp in enumerate(params):
+        if not isinstance(sp, SamplingParams):
+            raise TypeError(f"prompt {i}: sampling_params must be SamplingParams, not {sp!r:.40}")
     ids = []
     for i, (p, sp) in enumerate(zip(prompts, params)):
         ids.append(str(next(self._ids)))
         try:
             final_only = sp.output_kind == RequestOutputKind.FINAL_ONLY
             self.engine.add_request(ids[-1], p, sp, stream and not final_only)
-        except ValueError as e:
+        except BaseException as e:  # (whatever it was: none of the call's requests stay queued)
             self._abort(ids)
-            raise ValueError(f"prompt {i}: {e}") from None
+            if isinstance(e, ValueError):
+                raise ValueError(f"prompt {i}: {e}") from None
+            raise
     return ids, params
+
+# %% ../../nbs/engine/14a_llm.ipynb #9a56b3a5
+def _merged(held: RequestOutput | None, out: RequestOutput) -> RequestOutput:
+    "`out`, with the completions only an earlier held output of its request had."
+    if held is None:
+        return out
+    by_index = {c.index: c for c in held.outputs} | {c.index: c for c in out.outputs}
+    return replace(out, outputs=[by_index[j] for j in sorted(by_index)])
+
+
+@patch
+def _step(self: LLM, ids: set[str]) -> list[RequestOutput]:
+    """The outputs of requests `ids`: those held for them, else one engine step's (what it made
+    for other requests is held for their callers)."""
+    if held := [self._held.pop(rid) for rid in ids if rid in self._held]:
+        return held
+    outs = []
+    for out in self.engine.step():
+        if out.request_id in ids:
+            outs.append(out)
+        else:
+            self._held[out.request_id] = _merged(self._held.get(out.request_id), out)
+    return outs
+
+
+@patch
+def _unfinished(self: LLM, ids: set[str]) -> bool:
+    "Whether outputs may still come for `ids`: held ones, or the engine's."
+    return bool(ids) and (bool(ids & self._held.keys()) or self.engine.has_unfinished_requests())
 
 # %% ../../nbs/engine/14a_llm.ipynb #818d5455
 @patch
@@ -202,19 +175,20 @@ def stream(self: LLM, prompts, sampling_params=None) -> Iterator[RequestOutput]:
     """Submit `prompts`; yield a prompt's output (all its `n` completions) each time one of them
     advances: all so far, only what is new, or only the last (`SamplingParams.output_kind`)."""
     ids, params = self._submit(prompts, sampling_params, stream=True)
-    params_of, so_far, seen = dict(zip(ids, params)), {}, {}
+    params_of, so_far, seen, pending = dict(zip(ids, params)), {}, {}, set(ids)
     try:
-        while self.engine.has_unfinished_requests():
+        while self._unfinished(pending):
             advanced = {}  # (a prompt's output once a step, however many of its `n` advanced)
-            for out in self.engine.step():  # (each streamed output holds the completion it moved)
+            for out in self._step(pending):  # (each streamed output holds the completion it moved)
                 kept = so_far.setdefault(out.request_id, {})
                 kept.update({c.index: c for c in out.outputs})
-                sp = params_of.get(out.request_id)  # (None: another caller's request)
-                n = sp.n if sp else len(kept)
+                n = params_of[out.request_id].n
                 outs = [kept.get(j) or CompletionOutput(j, "", []) for j in range(n)]
                 advanced[out.request_id] = replace(out, outputs=outs)
+                if out.finished:
+                    pending.discard(out.request_id)
             for rid, out in advanced.items():
-                kind = params_of[rid].output_kind if rid in params_of else None
+                kind = params_of[rid].output_kind
                 if kind == RequestOutputKind.DELTA:
                     yield as_delta(out, seen)
                 elif kind != RequestOutputKind.FINAL_ONLY or out.finished:
@@ -241,8 +215,8 @@ def generate(
     done: dict[str, RequestOutput] = {}  # (one each, with its `n` completions)
     try:
         with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
-            while self.engine.has_unfinished_requests():
-                for out in self.engine.step():
+            while self._unfinished(pending := set(ids) - done.keys()):
+                for out in self._step(pending):
                     if out.finished:
                         done[out.request_id] = out
                         bar.update()
@@ -275,19 +249,16 @@ def chat(
     if chat_template_content_format not in ("auto", "string"):
         raise ValueError("chat_template_content_format: only auto and string are supported")
     conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-    tok = self.get_tokenizer()
-    prompts = [
-        chat_token_ids(
-            tok,
-            c,
-            tools,
-            add_generation_prompt,
-            continue_final_message,
-            chat_template,
-            **(chat_template_kwargs or {}),
+    if not all(isinstance(c, list) and all(isinstance(m, dict) for m in c) for c in conversations):
+        raise TypeError("messages: a conversation (a list of message dicts), or a list of them")
+    kwargs = dict(chat_template_kwargs or {})
+    if clash := sorted(RENDER_ARGUMENTS.intersection(kwargs)):
+        raise ValueError(
+            f"chat_template_kwargs may not set {', '.join(clash)}: chat's arguments do"
         )
-        for c in conversations
-    ]
+    kwargs.setdefault("chat_template", chat_template)
+    tok, flags = self.get_tokenizer(), (add_generation_prompt, continue_final_message)
+    prompts = [chat_token_ids(tok, c, tools, *flags, **kwargs) for c in conversations]
     outs = self.generate(prompts, sampling_params, use_tqdm, lora_request)
     for o in outs:
         o.prompt = tok.decode(o.prompt_token_ids)  # the rendered conversation, as vLLM reports it

@@ -37,7 +37,7 @@ class LLMEngine:
             torch.manual_seed(config.seed)
         self.model_config = mc = load_model_config(config.model)
         self.max_model_len = allowed_model_len(config, mc)
-        self.tokenizer = load_tokenizer(config.tokenizer or config.model)
+        self.tokenizer = load_tokenizer(config.model, config.tokenizer)
         self.generation_defaults = generation_defaults(config)  # for sampling fields not given
         if config.trust_remote_code:
             logging.getLogger("metainfer").warning(
@@ -138,7 +138,7 @@ def add_request(
         if any(rid in self.requests for rid, _ in fanned):  # (a member's id taken)
             raise ValueError(f"request id {request_id!r} is already in use")
         admitted = [(rid, *self._admit(prompt, p)) for rid, p in fanned]
-    except ValueError:
+    except BaseException:
         self.groups.forget(request_id)
         raise
     for rid, text, seq in admitted:

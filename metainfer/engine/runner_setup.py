@@ -54,9 +54,16 @@ def resolve_device(device: str, rank: int | None = None) -> torch.device:
     or the current one."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    d = torch.device(device)
+    try:
+        d = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r}: auto, cpu, cuda or cuda:N") from None
+    if d.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: auto, cpu, cuda or cuda:N")
     if d.type != "cuda" or d.index is not None:
         return d
+    if rank is None and not torch.cuda.is_available():  # (no current device to ask for)
+        raise ValueError(f"device {device!r}: this torch sees no CUDA GPU")
     return torch.device("cuda", torch.cuda.current_device() if rank is None else rank)
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #71e90123

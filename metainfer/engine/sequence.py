@@ -111,6 +111,12 @@ class SamplingParams:
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE  # what `LLM.stream` yields
 
     def __post_init__(self):
+        for name in INT_FIELDS:  # (numpy integers become ints; floats are an error, as in vLLM)
+            if (v := getattr(self, name)) is not None:
+                try:
+                    setattr(self, name, operator.index(v))
+                except TypeError:
+                    raise ValueError(f"{name} must be an integer, got {v!r}") from None
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
@@ -137,12 +143,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if (k := self.truncate_prompt_tokens) is not None and not (k == -1 or k >= 1):
             raise ValueError(f"truncate_prompt_tokens must be -1 or >= 1, got {k}")
-        for name in INT_FIELDS:  # (numpy integers become ints; floats are an error, as in vLLM)
-            if (v := getattr(self, name)) is not None:
-                try:
-                    setattr(self, name, operator.index(v))
-                except TypeError:
-                    raise ValueError(f"{name} must be an integer, got {v!r}") from None
+        if self.seed is not None and not -(2**63) <= self.seed <= 2**63 - self.n:  # (seed + j)
+            raise ValueError(f"seed must be in [-2**63, 2**63 - n], got {self.seed}")
         if self.stop and not self.detokenize:
             raise ValueError("stop strings need detokenize=True")
         if any(not w for w in self.bad_words or ()):

@@ -56,8 +56,8 @@ def generate_main(args) -> None:
             f"model: embedded default {model.name}: a tiny Qwen3 trained here on the King James "
             "Bible and fortune quotations (expect their register, not facts)"
         )
+    params = _sampling_params(args)  # (its errors before the model loads)
     llm = LLM(**asdict(engine_config(args, str(model))))
-    params = _sampling_params(args)
     start = time.perf_counter()
     outs = llm.generate(args.prompt, params, use_tqdm=False)
     _print_outputs(outs, time.perf_counter() - start, llm.engine.runner)

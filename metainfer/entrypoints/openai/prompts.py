@@ -7,7 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import jinja2
-from ...engine.llm import chat_token_ids, json_or_text, text_content
+from metainfer.engine.chat_template import (
+    RENDER_ARGUMENTS,
+    chat_token_ids,
+    json_or_text,
+    text_content,
+)
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     declared,
@@ -99,22 +104,9 @@ def message_dict(m: ChatMessage) -> dict:
     return d
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #9a5fb28c
-# what the request's own fields give the template: not `chat_template_kwargs`' to set
-_RENDER_ARGUMENTS = frozenset(
-    {
-        "messages",
-        "conversation",
-        "tools",
-        "add_generation_prompt",
-        "continue_final_message",
-        "tokenize",
-    }
-)
-
-
 def _render(req: ChatCompletionRequest, tokenizer, msgs: list[dict], tools) -> list[int]:
     "The token ids of `msgs` (and `tools`) by the chat template; a 400 if it fails."
-    if clash := sorted(_RENDER_ARGUMENTS.intersection(req.chat_template_kwargs or {})):
+    if clash := sorted(RENDER_ARGUMENTS.intersection(req.chat_template_kwargs or {})):
         raise OpenAIError(
             f"chat_template_kwargs may not set {', '.join(clash)}: the request's fields do",
             param="chat_template_kwargs",
