@@ -222,8 +222,9 @@ class EngineConfig:
         for name in POSITIVE_COUNTS:
             if (v := getattr(self, name)) is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        if not 0 < self.gpu_memory_utilization <= 1 or not 0 < self.kv_cache_memory_gb < 1e6:
-            raise ValueError("gpu_memory_utilization must be in (0, 1], kv_cache_memory_gb > 0")
+        for name, most in [("gpu_memory_utilization", 1), ("kv_cache_memory_gb", float("inf"))]:
+            if not 0 < (v := getattr(self, name)) <= most:
+                raise ValueError(f"{name} must be in (0, {most}], got {v}")
         if self.max_logprobs < -1:
             raise ValueError(f"max_logprobs must be >= 0, or -1 (no limit): {self.max_logprobs}")
         if self.expert_parallel_size and self.tensor_parallel_size % self.expert_parallel_size:
@@ -290,8 +291,7 @@ def token_budget(config: EngineConfig, max_model_len: int) -> int:
 
 # %% ../nbs/01_config.ipynb #cb66fbef
 def _flag_type(annotation: str) -> type:
-    """The argparse type of a field annotated `annotation` (a string, under `from __future__ import
-    annotations`)."""
+    "The argparse type of a field annotated `annotation` (a string: annotations are postponed)."
     return next(t for t in (bool, int, float, str) if t.__name__ in annotation)
 
 # %% ../nbs/01_config.ipynb #3997bea1
@@ -302,10 +302,7 @@ def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argpars
         if "help" not in f.metadata:
             continue
         kind, default = _flag_type(f.type), defaults.get(f.name, f.default)
-        names = [
-            f"--{f.name.replace('_', '-')}",
-            *([f.metadata["alias"]] if "alias" in f.metadata else []),
-        ]
+        names = [f"--{f.name.replace('_', '-')}", *filter(None, [f.metadata.get("alias")])]
         options = {"default": default, "help": f.metadata["help"], "dest": f.name}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction

@@ -30,7 +30,7 @@ def load_tokenizer(model_dir: str, tokenizer: str | None = None):
     files = ("tokenizer.json", "tokenizer_config.json")
     if not any((Path(tokenizer or model_dir) / f).exists() for f in files):
         if tokenizer is not None:
-            raise ValueError(f"tokenizer {tokenizer!r}: no {' or '.join(files)} there")
+            raise ValueError(f"tokenizer {tokenizer!r}: no local folder with {' or '.join(files)}")
         return None
     model_dir = tokenizer or model_dir
     from transformers import AutoTokenizer

@@ -66,7 +66,8 @@ class LLM:
             )
         )
         self._ids = count()
-        # outputs one call's steps made for another call's requests, held for it (the latest each)
+        # the requests of open calls, and what one call's steps made for another's (the latest each)
+        self._open: set[str] = set()
         self._held: dict[str, RequestOutput] = {}
 
     def __enter__(self):
@@ -108,6 +109,7 @@ def shutdown(self: LLM) -> None:
 def _abort(self: LLM, ids: list[str]) -> None:
     "Abort every request of `ids`, all `n` completions each (finished or unknown ones: ignored)."
     self.engine.abort_request(ids)
+    self._open.difference_update(ids)
     for rid in ids:
         self._held.pop(rid, None)
 
@@ -130,6 +132,7 @@ def _submit(self: LLM, prompts, sampling_params, stream: bool):
     ids = []
     for i, (p, sp) in enumerate(zip(prompts, params)):
         ids.append(str(next(self._ids)))
+        self._open.add(ids[-1])
         try:
             final_only = sp.output_kind == RequestOutputKind.FINAL_ONLY
             self.engine.add_request(ids[-1], p, sp, stream and not final_only)
@@ -151,15 +154,15 @@ def _merged(held: RequestOutput | None, out: RequestOutput) -> RequestOutput:
 
 @patch
 def _step(self: LLM, ids: set[str]) -> list[RequestOutput]:
-    """The outputs of requests `ids`: those held for them, else one engine step's (what it made
-    for other requests is held for their callers)."""
-    if held := [self._held.pop(rid) for rid in ids if rid in self._held]:
+    """The outputs of requests `ids`: those held for them (in the order they came), else one engine
+    step's; what it made for other open calls' requests is held for them."""
+    if self._held and (held := [self._held.pop(r) for r in list(self._held) if r in ids]):
         return held
     outs = []
     for out in self.engine.step():
         if out.request_id in ids:
             outs.append(out)
-        else:
+        elif out.request_id in self._open:  # (not requests added to the engine directly)
             self._held[out.request_id] = _merged(self._held.get(out.request_id), out)
     return outs
 
@@ -213,12 +216,14 @@ def generate(
         raise ValueError("request priorities are not supported (requests run first come, first)")
     ids, _ = self._submit(prompts, sampling_params, stream=False)
     done: dict[str, RequestOutput] = {}  # (one each, with its `n` completions)
+    pending = set(ids)
     try:
         with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
-            while self._unfinished(pending := set(ids) - done.keys()):
+            while self._unfinished(pending):
                 for out in self._step(pending):
                     if out.finished:
                         done[out.request_id] = out
+                        pending.discard(out.request_id)
                         bar.update()
     finally:
         self._abort(ids)  # on Ctrl-C or an error: nothing left queued for the next call
@@ -249,10 +254,13 @@ def chat(
     if chat_template_content_format not in ("auto", "string"):
         raise ValueError("chat_template_content_format: only auto and string are supported")
     conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-    if not all(isinstance(c, list) and all(isinstance(m, dict) for m in c) for c in conversations):
+    if isinstance(conversations, str) or not all(
+        isinstance(c, (list, tuple)) and all(isinstance(m, dict) for m in c) for c in conversations
+    ):
         raise TypeError("messages: a conversation (a list of message dicts), or a list of them")
     kwargs = dict(chat_template_kwargs or {})
-    if clash := sorted(RENDER_ARGUMENTS.intersection(kwargs)):
+    own = RENDER_ARGUMENTS | ({"chat_template"} if chat_template is not None else set())
+    if clash := sorted(own.intersection(kwargs)):
         raise ValueError(
             f"chat_template_kwargs may not set {', '.join(clash)}: chat's arguments do"
         )

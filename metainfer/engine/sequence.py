@@ -196,9 +196,10 @@ def clone(self: SamplingParams) -> SamplingParams:
 def fan_out(self: SamplingParams) -> list[SamplingParams]:
     """One `SamplingParams` per completion of the `n`; with a seed, completion `j` draws with
     `seed + j`."""
-    return [
-        replace(self, n=1, seed=None if self.seed is None else self.seed + j) for j in range(self.n)
-    ]
+    outs = [replace(self, n=1) for _ in range(self.n)]
+    for j, q in enumerate(outs):  # (set after: a seed + j of -1 is a seed, not vLLM's "no seed")
+        q.seed = None if self.seed is None else self.seed + j
+    return outs
 
 # %% ../../nbs/engine/10_sequence.ipynb #7a29fbaf
 class SequenceStatus(Enum):

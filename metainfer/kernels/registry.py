@@ -119,8 +119,6 @@ def select_backend(
     if attention not in ATTENTION_BACKENDS:
         raise ValueError(f"unknown attention backend {attention!r}: one of {ATTENTION_BACKENDS}")
     gpu = device.type == "cuda"
-    if not gpu and {kernels, attention} & {"vllm", "flash_attn", "varlen"}:
-        raise ValueError(f"{kernels}/{attention} kernels need a CUDA GPU; on a CPU: torch (auto)")
     for name, module in [(kernels, "vllm._custom_ops"), (attention, "flash_attn")]:
         if name in ("vllm", "flash_attn") and not importable(module):
             raise ValueError(f"the {name} backend needs {module}, which does not import here")
