@@ -27,15 +27,14 @@ class AdmissionError(ValueError):
 def load_tokenizer(model_dir: str, tokenizer: str | None = None):
     """The model's Hugging Face tokenizer (or the folder `tokenizer`'s), or `None` for a checkpoint
     without one (token ids only); a `ValueError` for a `tokenizer` folder that holds none."""
-    files = ("tokenizer.json", "tokenizer_config.json")
-    if not any((Path(tokenizer or model_dir) / f).exists() for f in files):
+    files, folder = ("tokenizer.json", "tokenizer_config.json"), tokenizer or model_dir
+    if not any((Path(folder) / f).exists() for f in files):
         if tokenizer is not None:
             raise ValueError(f"tokenizer {tokenizer!r}: no local folder with {' or '.join(files)}")
         return None
-    model_dir = tokenizer or model_dir
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    return AutoTokenizer.from_pretrained(folder)
 
 # %% ../../nbs/engine/13d_admission.ipynb #b6d9e404
 def eos_token_ids(eos_ids: list[int], model_dir: str, tokenizer) -> tuple[int, ...]:

@@ -143,8 +143,9 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if (k := self.truncate_prompt_tokens) is not None and not (k == -1 or k >= 1):
             raise ValueError(f"truncate_prompt_tokens must be -1 or >= 1, got {k}")
-        if self.seed is not None and not -(2**63) <= self.seed <= 2**64 - self.n:  # (seed + j:
-            raise ValueError(f"seed must be in [-2**63, 2**64 - n], got {self.seed}")  # torch's)
+        # completion j draws with seed + j: each in torch's range, [-2**63, 2**64)
+        if self.seed is not None and not -(2**63) <= self.seed <= 2**64 - self.n:
+            raise ValueError(f"seed must be in [-2**63, 2**64 - n], got {self.seed}")
         if self.stop and not self.detokenize:
             raise ValueError("stop strings need detokenize=True")
         if any(not w for w in self.bad_words or ()):
