@@ -1,11 +1,11 @@
 __version__ = "0.1.0"
 
-# The public names, imported on first use: `metainfer.engine.sequence` (or the server's request
-# parser in a worker process) must not pay for torch and transformers to import.
+# The public names, imported on first use: `metainfer.engine.sampling_params` (or the server's
+# request parser in a worker process) must not pay for torch and transformers to import.
 _PUBLIC = {
-    "SamplingParams": "metainfer.engine.sequence",
+    "SamplingParams": "metainfer.engine.sampling_params",
     "StructuredOutputsParams": "metainfer.engine.structured_outputs",
-    "RequestOutputKind": "metainfer.engine.sequence",
+    "RequestOutputKind": "metainfer.engine.sampling_params",
     "TextPrompt": "metainfer.inputs",
     "TokensPrompt": "metainfer.inputs",
     "RequestOutput": "metainfer.engine.outputs",

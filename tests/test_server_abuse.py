@@ -13,7 +13,7 @@ import sys
 import time
 import httpx
 import pytest
-from metainfer.engine.sequence import SamplingParams
+from metainfer.engine.sampling_params import SamplingParams
 from metainfer.entrypoints.openai.engine_loop import AsyncLLMEngine
 from metainfer.entrypoints.openai.api_server import ServerThread, bind_socket, build_app
 

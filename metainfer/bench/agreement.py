@@ -38,7 +38,8 @@ def top1_and_gap(logits) -> tuple[list[int], list[float]]:
 def engine_top1(llm, prompts: list[list[int]], forced: list[list[int]]) -> Top1:
     "Our top-1 (and top-2 gap) after each prompt and each forced token: prefill, then decode steps."
     from metainfer.engine.scheduler import ScheduledBatch
-    from metainfer.engine.sequence import SamplingParams, Sequence
+    from metainfer.engine.sampling_params import SamplingParams
+    from metainfer.engine.sequence import Sequence
 
     engine = llm.engine
     runner, bm = engine.runner, engine.block_manager

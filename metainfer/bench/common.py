@@ -90,17 +90,20 @@ def throughput_bound(
     flops: float,
     max_batch: int,
 ) -> dict:
-    "Lower bound on the time of an offline workload, and the output tokens/s it allows."
+    """The time of an offline workload if every step ran at the limits, `max_batch` sequences at a
+    time (a finished one's place taken at once, the longest first); the output tokens/s it
+    allows."""
     prefill_s = 2 * params * sum(input_lens) / flops
-    decode_s, order = 0.0, sorted(range(len(input_lens)), key=lambda i: -output_lens[i])
-    for wave in range(0, len(order), max_batch):
-        seqs = order[wave : wave + max_batch]
-        for t in range(max(output_lens[i] for i in seqs)):
-            live = [i for i in seqs if output_lens[i] > t]
-            kv = sum(input_lens[i] + t for i in live)
-            read_s = weight_bytes(len(live)) / bandwidth
-            gemm_s = max(read_s, 2 * params * len(live) / flops)  # memory- or compute-bound
-            decode_s += gemm_s + kv * kv_bytes_per_token / bandwidth
+    queue = sorted(range(len(input_lens)), key=lambda i: output_lens[i])  # pops the longest
+    decode_s, live = 0.0, {}  # sequence -> tokens it has made
+    while queue or live:
+        while queue and len(live) < max_batch:
+            live[queue.pop()] = 0
+        kv = sum(input_lens[i] + t for i, t in live.items())
+        read_s = weight_bytes(len(live)) / bandwidth
+        gemm_s = max(read_s, 2 * params * len(live) / flops)  # memory- or compute-bound
+        decode_s += gemm_s + kv * kv_bytes_per_token / bandwidth
+        live = {i: t + 1 for i, t in live.items() if t + 1 < output_lens[i]}
     total = prefill_s + decode_s
     return {
         "prefill_s": prefill_s,

@@ -104,13 +104,23 @@ def hf_decode_rate(
     return {"compile": compile} | res
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #76034a99
-def hf_peers(model_dir: str, input_len: int, output_len: int, peer_modes: str) -> tuple[dict, dict]:
-    "HF's decode rate for each of `peer_modes` (`eager,compile`); the errors of those that failed."
+def hf_peers(
+    model_dir: str,
+    input_len: int,
+    output_len: int,
+    peer_modes: str,  # `eager,compile`, or one of them
+    device: str = "cuda",
+    dtype: str = "torch.bfloat16",  # the engine's compute dtype, as its record names it
+) -> tuple[dict, dict]:
+    """HF's B=1 decode rate for each of `peer_modes` on `device` in `dtype`; the errors of those
+    that failed."""
     peers, errors = {}, {}
     for compile in ("compile" in m for m in peer_modes.split(",")):
         name = f"hf_{'compile' if compile else 'eager'}"
         try:
-            peers[name] = hf_decode_rate(model_dir, input_len, output_len, compile)
+            dt = getattr(torch, dtype.removeprefix("torch."))
+            rate = hf_decode_rate(model_dir, input_len, output_len, compile, device, dt)
+            peers[name] = {"batch": 1, "device": device, "dtype": dtype} | rate
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"[:500]
         gc.collect()

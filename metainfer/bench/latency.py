@@ -35,12 +35,13 @@ def _timed_steps(engine) -> tuple[float, list[float]]:
 # %% ../../nbs/bench/18d_latency.ipynb #8f934c08
 def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0) -> dict:
     "TTFT, TPOT and decode tokens/s of `batch` equal-length requests, measured step by step."
-    from metainfer.engine.sequence import SamplingParams
+    from metainfer.engine.sampling_params import SamplingParams
 
     engine, vocab = llm.engine, llm.engine.model_config.vocab_size
     params = SamplingParams(temperature=0, max_tokens=output_len, ignore_eos=True)
     warm = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     llm.generate(random_prompts(batch, input_len, input_len, vocab, seed + 1), warm, use_tqdm=False)
+    engine.reset_prefix_cache()  # a repeat's prompts are the last run's: prefill them in full
     for i, p in enumerate(random_prompts(batch, input_len, input_len, vocab, seed)):
         engine.add_request(f"lat{i}", p, params)
     start, arrivals = _timed_steps(engine)
@@ -69,7 +70,7 @@ def median_run(runs: list[dict]) -> dict:
 # %% ../../nbs/bench/18d_latency.ipynb #c012
 def profile_latency(llm, args: argparse.Namespace) -> dict:
     "`--profile`: GPU kernels of the prefill and 16 decode steps; `--host-profile`: cProfile."
-    from metainfer.engine.sequence import SamplingParams
+    from metainfer.engine.sampling_params import SamplingParams
     from metainfer.bench.profile import host_profile_steps, profile_steps
 
     engine, res = llm.engine, {}
@@ -190,12 +191,18 @@ def _plot_latency(res: dict, args: argparse.Namespace, name: str) -> Path:
 # %% ../../nbs/bench/18d_latency.ipynb #c3560df2
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench latency`: measure, then the HF peers; write JSON and a bar chart."
+    if args.peer == "hf" and args.batch_size != 1:  # (a chart of our B=8 beside HF's B=1 misleads)
+        raise SystemExit("--peer hf times HF at batch 1 only: run it with --batch-size 1")
     res = measure(args)
     free_memory()
     if args.peer == "hf":
         from metainfer.bench.hf_peer import hf_peers
 
-        peers, errors = hf_peers(args.model, args.input_len, args.output_len, args.peer_modes)
+        device = "cuda" if "gpu" in res["hardware"] else "cpu"
+        dtype = res["engine"]["dtype"]
+        peers, errors = hf_peers(
+            args.model, args.input_len, args.output_len, args.peer_modes, device, dtype
+        )
         res["peers"] = peers
         if errors:
             res["peer_errors"] = errors

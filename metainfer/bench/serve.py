@@ -163,6 +163,8 @@ def _print_level(result: dict, r: dict) -> None:
         f"TPOT p50 {r['tpot_ms']['p50'] or 0:.2f} ms, "
         f"ITL p99 {r['itl_ms']['p99'] or 0:.2f} ms, {r['output_throughput']:.1f} output tokens/s"
     )
+    if r["failed"]:  # (the figures above are of the requests that completed)
+        print(f"  {r['failed']} failed, for example: {r['errors'][0]}")
 
 # %% ../../nbs/bench/18h_serve.ipynb #7ac291ee
 def _run_mixed(args: argparse.Namespace, api_key: str | None) -> dict:

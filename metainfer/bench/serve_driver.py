@@ -14,8 +14,8 @@ import numpy as np
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['WORDS', 'lognormal_lengths', 'BenchRequest', 'sample_requests', 'request_body', 'RequestResult', 'is_token_event',
-           'send_request', 'stats_ms', 'summarize', 'run_level', 'benchmark']
+__all__ = ['WORDS', 'TOKEN_RANGE', 'lognormal_lengths', 'BenchRequest', 'sample_requests', 'request_body', 'RequestResult',
+           'is_token_event', 'send_request', 'stats_ms', 'summarize', 'run_level', 'benchmark']
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #c004
 def lognormal_lengths(
@@ -40,6 +40,11 @@ class BenchRequest:
     output_len: int
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #8c529b74
+# random prompts' token ids: inside every vocabulary metainfer serves (the embedded model's 8,192
+# too) and below the special tokens of each
+TOKEN_RANGE = (100, 8000)
+
+
 def _random_prompt(rng: random.Random, k: int, chat: bool, token_range: tuple[int, int]):
     "`k` random words (chat) or `k` random token ids from `token_range`."
     if chat:
@@ -56,7 +61,7 @@ def sample_requests(
     chat: bool = False,
     sigma_in: float = 1.0,
     sigma_out: float = 0.8,
-    token_range: tuple[int, int] = (1000, 10000),
+    token_range: tuple[int, int] = TOKEN_RANGE,
 ) -> list[BenchRequest]:
     "`n` seeded requests with chat-like random lengths that fit in `max_model_len`."
     rng = random.Random(seed)
@@ -142,6 +147,8 @@ async def send_request(
         r.latency, r.ok = time.perf_counter() - start, last is not None and r.output_tokens > 0
         if not r.ok:
             r.error = "the stream ended without tokens or usage"
+        elif body.get("ignore_eos") and r.output_tokens < (want := body["max_tokens"]):
+            r.ok, r.error = False, f"cut short: {r.output_tokens} of {want} tokens"
     except Exception as e:
         r.error = f"{type(e).__name__}: {e}"
     return r
@@ -177,13 +184,14 @@ def summarize(results: list[RequestResult], duration: float) -> dict:
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #47f8b96a
 def _start_times(n: int, request_rate: float, seed: int) -> list[float]:
-    "When each of `n` requests is sent, in seconds: all at 0, or a seeded Poisson process."
+    """When each of `n` requests is sent, in seconds: all at 0, or a seeded Poisson process whose
+    first request goes at 0 (as vLLM's)."""
     rng = random.Random(seed)
     if math.isinf(request_rate):
         gaps = [0.0] * n
     else:
         gaps = [rng.expovariate(request_rate) for _ in range(n)]
-    return np.cumsum(gaps).tolist()
+    return np.cumsum([0.0, *gaps[:-1]][:n]).tolist()
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #ef0a9c62
 async def run_level(
@@ -234,10 +242,12 @@ def _levels(
 async def _run_levels(
     session, url: str, headers: dict, bodies: list[dict], levels: list, sizes: list[int], seed: int
 ) -> list[dict]:
-    "Each level on the first `n` of the same `bodies`: its settings and its summary."
-    runs = []
-    for (c, rate), n in zip(levels, sizes):
-        res = await run_level(session, url, headers, bodies[:n], c, rate, seed)
+    """Each level on `n` bodies of its own (a prompt sent again would be read from the server's
+    prefix cache, and its prefill skipped): its settings and its summary."""
+    assert sum(sizes) <= len(bodies), "each level needs bodies of its own"
+    runs, starts = [], np.cumsum([0, *sizes]).tolist()
+    for (c, rate), n, i in zip(levels, sizes, starts):
+        res = await run_level(session, url, headers, bodies[i : i + n], c, rate, seed)
         rate = "inf" if math.isinf(rate) else rate
         runs.append({"concurrency": c, "request_rate": rate, "num_prompts": n} | res)
     return runs
@@ -272,7 +282,7 @@ async def benchmark(
     ) as session:
         card = await _served_model(session, base_url, headers, model)
         max_len = card.get("max_model_len") or 4096
-        reqs = sample_requests(max(sizes), seed, input_len, output_len, max_len, chat)
+        reqs = sample_requests(sum(sizes), seed, input_len, output_len, max_len, chat)
 
         def body(r):
             return request_body(r, card["id"], chat, temperature, ignore_eos)

@@ -9,13 +9,13 @@ import random
 import time
 from pathlib import Path
 from .serve_driver import BenchRequest, _served_model, request_body, run_level
-from .serve_driver import sample_requests, send_request, stats_ms
+from .serve_driver import TOKEN_RANGE, sample_requests, send_request, stats_ms
 
 # %% auto #0
 __all__ = ['exact_prompt', 'split_gaps', 'gap_stats_ms', 'run_mixed', 'mixed_benchmark', 'plot_mixed', 'mixed_summary']
 
 # %% ../../nbs/bench/18gb_serve_mixed.ipynb #c0a0ee56
-def exact_prompt(rng: random.Random, n: int, token_range=(1000, 10000)) -> list[int]:
+def exact_prompt(rng: random.Random, n: int, token_range=TOKEN_RANGE) -> list[int]:
     "A prompt of exactly `n` random token ids (from a range every tokenizer has)."
     return [rng.randrange(*token_range) for _ in range(n)]
 

@@ -39,7 +39,7 @@ def _workload(vocab: int, num_seqs: int, lo: int, hi: int, seed: int) -> tuple[l
 # %% ../../nbs/bench/18e_throughput.ipynb #c7256476
 def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed: int = 0) -> dict:
     "The offline workload: output tokens/s end to end."
-    from metainfer.engine.sequence import SamplingParams
+    from metainfer.engine.sampling_params import SamplingParams
 
     vocab = llm.engine.model_config.vocab_size
     prompts, out_lens = _workload(vocab, num_seqs, lo, hi, seed)
@@ -70,7 +70,7 @@ def run_throughput(llm, num_seqs: int = 256, lo: int = 100, hi: int = 1024, seed
 # %% ../../nbs/bench/18e_throughput.ipynb #c009
 def profile_throughput(llm, args: argparse.Namespace, output_lens: list[int]) -> dict:
     "GPU kernels of two prefill steps, then of 16 steps once every sequence decodes."
-    from metainfer.engine.sequence import SamplingParams
+    from metainfer.engine.sampling_params import SamplingParams
     from metainfer.bench.profile import profile_steps
 
     engine, res = llm.engine, {}

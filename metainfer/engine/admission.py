@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 from ..config import generation_eos_ids
-from .sequence import SamplingParams, Sequence
+from .sampling_params import SamplingParams
+from .sequence import Sequence
 from .structured_outputs import GrammarCompiler, StructuredOutputsParams
 from .token_masks import BadWords, index_bad_words
 

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
 from ..inputs import PromptType, prompt_list
-from .sequence import RequestOutputKind, SamplingParams
+from .sampling_params import RequestOutputKind, SamplingParams
 from .chat_template import RENDER_ARGUMENTS, chat_token_ids
 from .outputs import CompletionOutput, RequestOutput
 from .llm_engine import LLMEngine

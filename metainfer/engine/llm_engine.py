@@ -12,7 +12,7 @@ from fastcore.basics import patch
 from ..config import EngineConfig, allowed_model_len, generation_defaults, load_model_config
 from ..distributed.parallel import ParallelInfo, destroy_tensor_parallel
 from ..distributed.workers import start_tensor_parallel
-from .sequence import SamplingParams
+from .sampling_params import SamplingParams
 from .admission import admit, eos_token_ids, load_tokenizer
 from ..inputs import PromptType, prompt_of
 from .structured_outputs import GrammarCompiler

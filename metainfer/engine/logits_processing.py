@@ -10,7 +10,8 @@ from torch import Tensor
 from fastcore.basics import patch
 from ..layers.attention import to_device
 from .sampler import sample, token_logprobs, apply_penalties
-from .sequence import SamplingParams, Sequence
+from .sampling_params import SamplingParams
+from .sequence import Sequence
 from .scheduler import ScheduledBatch
 
 # %% auto #0

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from fastcore.basics import patch
-from .sequence import SamplingParams
+from .sampling_params import SamplingParams
 from .outputs import CompletionOutput, RequestOutput
 
 # %% auto #0

@@ -17,7 +17,7 @@ __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parse
 # %% ../../nbs/entrypoints/15_cli.ipynb #f0d2ed25
 def _sampling_params(args):
     "The `SamplingParams` of `generate`'s sampling flags."
-    from metainfer.engine.sequence import SamplingParams
+    from metainfer.engine.sampling_params import SamplingParams
 
     return SamplingParams(
         temperature=args.temperature,

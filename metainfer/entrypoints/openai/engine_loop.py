@@ -15,7 +15,7 @@ from typing import Any
 from fastcore.basics import patch
 from ...engine.llm_engine import LLMEngine
 from ...engine.outputs import RequestOutput
-from ...engine.sequence import SamplingParams
+from ...engine.sampling_params import SamplingParams
 from ...distributed.workers import WorkerDied
 
 # %% auto #0

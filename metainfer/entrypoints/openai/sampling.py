@@ -6,7 +6,7 @@
 from __future__ import annotations
 import re
 from typing import Any
-from ...engine.sequence import SAMPLING_EPS, SamplingParams, TokenBias, TokenIds
+from ...engine.sampling_params import SAMPLING_EPS, SamplingParams, TokenBias, TokenIds
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     declared,

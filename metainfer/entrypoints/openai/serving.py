@@ -14,7 +14,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 from ...engine.admission import bad_words_index, truncated
-from ...engine.sequence import SamplingParams
+from ...engine.sampling_params import SamplingParams
 from .body_parser import BodyParser, check_media_type
 from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
