@@ -38,7 +38,7 @@ def test_greedy_text_equals_hf_and_tp2(arch, hf_models):
     assert sum(w.strip(".,;:?!'\"()").isalpha() for w in words) > 0.8 * len(words), text
 
 
-def test_qwen3_loads_in_hf_without_custom_code():
+def test_trained_models_load_in_hf_without_custom_code():
     path = trained_model_dir("qwen3")
     config = json.loads((path / "config.json").read_text())
     assert "auto_map" not in config and config["architectures"] == ["Qwen3ForCausalLM"]
@@ -46,3 +46,9 @@ def test_qwen3_loads_in_hf_without_custom_code():
     assert type(model).__module__.startswith("transformers.models.qwen3")
     assert model.config.tie_word_embeddings and model.config.num_key_value_heads == 2
     assert sum(p.numel() for p in model.parameters()) < 12.5e6  # <= 25 MB in bf16
+    # the DeepSeek too, even with trust_remote_code (which DeepSeek's own cards ask for): no
+    # auto_map names code that is not shipped
+    path = trained_model_dir("deepseek-v2")
+    assert "auto_map" not in json.loads((path / "config.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)
+    assert type(model).__module__.startswith("transformers.models.deepseek_v2")
