@@ -1,6 +1,6 @@
 """Fetch and clean the training text of the tiny models: Debian packages, downloaded by name.
 
-    python3 tools/tiny_models/corpus.py OUT_DIR
+    python3 tools/tiny_models/corpus.py OUT_DIR [--wide]
 
 `apt-get download` fetches the packages (no root install), `dpkg-deb -x` unpacks them, and the
 package's own `bible` program prints the King James Version from its compressed data file. Writes
@@ -11,6 +11,7 @@ opening words of held-out documents, the prompts of the tests and of `metainfer 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -23,6 +24,11 @@ PACKAGES = {
     "bible-kjv": "its reader, the `bible` program (GPL-2+), used only to print the text",
     "fortunes": "fortune-mod's quotations (BSD-licensed collection)",
     "fortunes-min": "the same collection's `fortunes` file",
+}
+# `--wide` adds these: ~9x the tokens, in two more registers (tried for issue 29; README.md).
+WIDE_PACKAGES = {
+    "dict-gcide": "GCIDE, Webster's 1913 dictionary revised (GPL-2+)",
+    "python3.11-doc": "the Python 3.11 documentation's reST sources (PSF licence)",
 }
 # The fortune files kept: prose and verse; ASCII art and the Debian/Linux in-jokes are left out.
 FORTUNE_FILES = (
@@ -98,13 +104,44 @@ def fortunes(root: Path) -> list[str]:
     return docs
 
 
-def main(out_dir: str) -> None:
+GCIDE_TAG = re.compile(r"^\s*\[[^\]]*\]\s*$")  # a source line: [1913 Webster], [PJC], ...
+GCIDE_ACCENT = re.compile(r"\[[=\-'\"`~.]?([a-z]{1,2})\^?\]")  # [=a], ['e], [i^] -> the letter
+
+
+def gcide(root: Path) -> list[str]:
+    "One document per dictionary entry: pronunciations, braces and source tags dropped."
+    raw = gzip.decompress((root / "usr/share/dictd/gcide.dict.dz").read_bytes()).decode("latin-1")
+    docs, lines = [], []
+    for line in raw.splitlines():
+        if line and not line[0].isspace():  # a headword starts an entry
+            if lines and not lines[0].startswith("00-"):  # 00-database-*: the file's header
+                docs.append("\n".join(lines).strip())
+            lines = []
+        if GCIDE_TAG.match(line):
+            continue
+        line = re.sub(r"\\[^\\]*\\,?", "", line)  # \Ab"so*lute\, the pronunciation
+        line = GCIDE_ACCENT.sub(r"\1", line).replace("{", "").replace("}", "")
+        lines.append(line.strip())
+    docs.append("\n".join(lines).strip())
+    return [re.sub(r"\n{3,}", "\n\n", d) for d in docs if d]
+
+
+def python_docs(root: Path) -> list[str]:
+    "One document per page of the Python documentation, its reStructuredText source as shipped."
+    pages = sorted((root / "usr/share/doc/python3.11/html/_sources").rglob("*.rst.txt"))
+    return [p.read_text() for p in pages]
+
+
+def main(out_dir: str, wide: bool = False) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    packages = PACKAGES | (WIDE_PACKAGES if wide else {})
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        versions = unpack(list(PACKAGES), work)
+        versions = unpack(list(packages), work)
         corpora = {"kjv": kjv_chapters(work / "root"), "fortunes": fortunes(work / "root")}
+        if wide:
+            corpora |= {"gcide": gcide(work / "root"), "python-docs": python_docs(work / "root")}
     held = {k: v[HELDOUT_EVERY - 1 :: HELDOUT_EVERY] for k, v in corpora.items()}
     train = [
         d
@@ -116,7 +153,7 @@ def main(out_dir: str) -> None:
     (out / "train.txt").write_text("\f".join(train))
     (out / "heldout.txt").write_text("\f".join(heldout))
     sources = {
-        "packages": {p: dict(version=versions[p], what=w) for p, w in PACKAGES.items()},
+        "packages": {p: dict(version=versions[p], what=w) for p, w in packages.items()},
         "fortune_files": FORTUNE_FILES,
         "documents": {k: len(v) for k, v in corpora.items()},
         "characters": {"train": sum(map(len, train)), "heldout": sum(map(len, heldout))},
@@ -128,4 +165,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], wide="--wide" in sys.argv[2:])

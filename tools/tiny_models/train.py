@@ -95,6 +95,8 @@ def build(name: str, device: str):
 
     base, overrides = MODELS[name]
     config = hf_config(base, **overrides)  # the published config with the smaller shapes
+    if hasattr(config, "auto_map"):  # DeepSeek's names code that is not shipped: run HF's
+        del config.auto_map
     torch.manual_seed(0)
     with torch.device(device):
         return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -161,7 +163,7 @@ def train(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(), sched.step(), opt.zero_grad(set_to_none=True)
-        if step % EVAL_EVERY == 0 or step == steps:
+        if step % max(EVAL_EVERY, steps // 30) == 0 or step == steps:
             held, log_z = heldout_loss(model, held_ids, device)
             log.append(
                 dict(
