@@ -151,8 +151,13 @@ def main(argv: list[str] | None = None) -> None:
             "The path of a token through an engine",
         ]
     try:
-        if getattr(args, "model", None):
-            check_model_folder(args.model)
+        if getattr(args, "model", None):  # an id: its snapshot's folder, served by the id (as vLLM)
+            name, args.model = (
+                args.model,
+                check_model_folder(args.model, getattr(args, "revision", None)),
+            )
+            if args.model != name and getattr(args, "served_model_name", ()) is None:
+                args.served_model_name = [name]
         args.func(args)
     except (StartupError, RendezvousError, FileNotFoundError, ValueError) as e:
         if getattr(args, "log_level", None) == "debug":

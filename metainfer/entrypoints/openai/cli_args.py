@@ -6,9 +6,9 @@
 from __future__ import annotations
 import argparse
 import json
-import re
 from pathlib import Path
 from ...config import add_engine_args
+from ...hub import HF_MODEL_ID, model_folder
 from ..chat_parsing import REASONING_PARSERS, TOOL_CALL_PARSERS
 
 # %% auto #0
@@ -170,18 +170,23 @@ class StartupError(Exception):
     "A user's mistake found at start-up: the CLI prints it on one line and exits 1."
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #7a74cb29
-def check_model_folder(model: str) -> None:
-    "A `StartupError` with a hint unless `model` is a checkpoint folder (nothing is downloaded)."
+def check_model_folder(model: str, revision: str | None = None) -> str:
+    """`model`'s checkpoint folder, or a `StartupError` with a hint: a folder, or a Hugging Face id
+    found in the Hugging Face cache or downloaded into it (as vLLM; with `HF_HUB_OFFLINE=1` only the
+    cache is looked in)."""
     path = Path(model)
     if (path / "config.json").is_file():
-        return
+        return model
     if path.is_dir():
         raise StartupError(f"{model} has no config.json: pass a checkpoint folder")
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not path.parent.is_dir():
-        raise StartupError(
-            f"{model} looks like a Hugging Face id; metainfer does not download models: download "
-            f"it first (hf download {model} --local-dir DIR) and pass the folder DIR"
-        )
+    if HF_MODEL_ID.fullmatch(model) and not path.parent.is_dir():
+        try:
+            return check_model_folder(model_folder(model, revision))
+        except FileNotFoundError as e:
+            why = str(e).splitlines()[0]  # (one line: the CLI prints it so)
+            raise StartupError(
+                f"{why}; or download it (hf download {model} --local-dir DIR) and pass DIR"
+            ) from None
     raise StartupError(f"model folder {model} does not exist: pass a checkpoint folder")
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #64b37574
