@@ -354,7 +354,7 @@ def test_sigterm_drains_32_streams(plain):
 
 
 def metainfer(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}  # (an id: the cache only)
     return subprocess.run(
         [sys.executable, "-m", "metainfer", *argv],
         capture_output=True,
@@ -374,7 +374,7 @@ def test_user_mistakes_are_one_line():
         cases = [
             (["serve", "--port", port], "already in use"),
             (["serve", "/no/such/folder"], "does not exist"),
-            (["serve", "Qwen/Qwen3-0.6B"], "download it first"),
+            (["serve", "metainfer-tests/absent"], "hf download metainfer-tests/absent"),
             (["serve", "--dtype", "fp8"], "choose from 'auto', 'half'"),
             (["serve", "--tool-call-parser", "nope"], "choose from 'hermes'"),
             (["generate", "/no/such/folder"], "does not exist"),
