@@ -152,12 +152,10 @@ def main(argv: list[str] | None = None) -> None:
         ]
     try:
         if getattr(args, "model", None):  # an id: its snapshot's folder, served by the id (as vLLM)
-            name, args.model = (
-                args.model,
-                check_model_folder(args.model, getattr(args, "revision", None)),
-            )
-            if args.model != name and getattr(args, "served_model_name", ()) is None:
-                args.served_model_name = [name]
+            name = args.model
+            args.model = check_model_folder(name, getattr(args, "revision", None))
+            if args.model != name and hasattr(args, "served_model_name"):
+                args.served_model_name = args.served_model_name or [name]
         args.func(args)
     except (StartupError, RendezvousError, FileNotFoundError, ValueError) as e:
         if getattr(args, "log_level", None) == "debug":
