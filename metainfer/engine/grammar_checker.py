@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from multiprocessing.connection import Connection
@@ -71,14 +72,14 @@ class GrammarChecker:
     def __init__(
         self,
         compile_grammar,  # `(fields, llguidance tokenizer) -> (text, None) | (None, why)`, by name
-        tokenizer,  # a Hugging Face fast tokenizer (sent to the process as llguidance takes it)
-        vocab_size: int,
+        # `lltokenizer_args` of the model's tokenizer, asked for at the first start (making it takes
+        # a second or two: the engine makes it once for its checkers and itself)
+        tokenizer_args: Callable[[], tuple[str, int, int | None]],
         timeout: float = 30.0,  # seconds a check may take
         start_timeout: float = 300.0,  # seconds the process may take to start (imports, tokenizer)
     ):
         self.compile_grammar = compile_grammar
-        self.tokenizer, self.vocab_size = tokenizer, vocab_size
-        self._lltokenizer_args = None  # (made at the first start: a second or so)
+        self.tokenizer_args = tokenizer_args
         self.timeout, self.start_timeout = timeout, start_timeout
         self._proc = self._requests = self._answers = self._stop = None
         self._lock = threading.Lock()
@@ -95,8 +96,6 @@ def _stop_process(proc: subprocess.Popen, *pipes: Connection) -> None:
 def _start(self: GrammarChecker) -> bool:
     """Start the process, a fresh interpreter (`multiprocessing`'s spawn would run a script's
     `__main__` again); whether it is ready (its tokenizer loaded) within `start_timeout`."""
-    if self._lltokenizer_args is None:
-        self._lltokenizer_args = lltokenizer_args(self.tokenizer, self.vocab_size)
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     code = f"from metainfer.engine.grammar_checker import _serve; _serve({down_r}, {up_w})"
@@ -108,7 +107,7 @@ def _start(self: GrammarChecker) -> bool:
     self._answers = Connection(up_r, writable=False)
     self._stop = weakref.finalize(self, _stop_process, self._proc, self._requests, self._answers)
     try:
-        self._requests.send_bytes(pickle.dumps((self.compile_grammar, self._lltokenizer_args)))
+        self._requests.send_bytes(pickle.dumps((self.compile_grammar, self.tokenizer_args())))
         return self._answers.poll(self.start_timeout) and self._answers.recv_bytes() == b"ready"
     except (EOFError, OSError):
         return False

@@ -226,17 +226,22 @@ class GrammarCompiler:
 
         special = frozenset(tokenizer.all_special_tokens)
         compile_grammar = functools.partial(_compiled_grammar, special=special)
-        self.checker = GrammarChecker(compile_grammar, tokenizer, vocab_size)
+        # llguidance's view of the tokenizer, made once when first needed (a second or two), for
+        # the checkers' processes and the engine's own matchers
+        self.tokenizer_args = functools.cache(
+            functools.partial(lltokenizer_args, tokenizer, vocab_size)
+        )
+        self.checker = GrammarChecker(compile_grammar, self.tokenizer_args)
         # the engine thread's own, for a grammar not cached when its sequence is admitted (offline,
         # or evicted since the server checked it): it never waits behind the requests' checks
-        self.admission_checker = GrammarChecker(compile_grammar, tokenizer, vocab_size)
+        self.admission_checker = GrammarChecker(compile_grammar, self.tokenizer_args)
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #8c861a9b
 @patch(as_prop=True)
 def lltokenizer(self: GrammarCompiler):
     with self._lock:
         if self._lltok is None:
-            self._lltok = llguidance_tokenizer(lltokenizer_args(self.tokenizer, self.vocab_size))
+            self._lltok = llguidance_tokenizer(self.tokenizer_args())
         return self._lltok
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #12ba512e
