@@ -96,6 +96,7 @@ def _stop_process(proc: subprocess.Popen, *pipes: Connection) -> None:
 def _start(self: GrammarChecker) -> bool:
     """Start the process, a fresh interpreter (`multiprocessing`'s spawn would run a script's
     `__main__` again); whether it is ready (its tokenizer loaded) within `start_timeout`."""
+    init = pickle.dumps((self.compile_grammar, self.tokenizer_args()))  # (before the process)
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     code = f"from metainfer.engine.grammar_checker import _serve; _serve({down_r}, {up_w})"
@@ -107,7 +108,7 @@ def _start(self: GrammarChecker) -> bool:
     self._answers = Connection(up_r, writable=False)
     self._stop = weakref.finalize(self, _stop_process, self._proc, self._requests, self._answers)
     try:
-        self._requests.send_bytes(pickle.dumps((self.compile_grammar, self.tokenizer_args())))
+        self._requests.send_bytes(init)
         return self._answers.poll(self.start_timeout) and self._answers.recv_bytes() == b"ready"
     except (EOFError, OSError):
         return False
