@@ -109,8 +109,8 @@ def hf_peers(
     input_len: int,
     output_len: int,
     peer_modes: str,  # `eager,compile`, or one of them
-    device: str = "cuda",
-    dtype: str = "torch.bfloat16",  # the engine's compute dtype, as its record names it
+    device: str | torch.device = "cuda",  # the engine's
+    dtype: torch.dtype = torch.bfloat16,  # the engine's compute dtype
 ) -> tuple[dict, dict]:
     """HF's B=1 decode rate for each of `peer_modes` on `device` in `dtype`; the errors of those
     that failed."""
@@ -118,9 +118,8 @@ def hf_peers(
     for compile in ("compile" in m for m in peer_modes.split(",")):
         name = f"hf_{'compile' if compile else 'eager'}"
         try:
-            dt = getattr(torch, dtype.removeprefix("torch."))
-            rate = hf_decode_rate(model_dir, input_len, output_len, compile, device, dt)
-            peers[name] = {"batch": 1, "device": device, "dtype": dtype} | rate
+            rate = hf_decode_rate(model_dir, input_len, output_len, compile, device, dtype)
+            peers[name] = {"batch": 1, "device": str(device), "dtype": str(dtype)} | rate
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"[:500]
         gc.collect()

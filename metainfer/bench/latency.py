@@ -154,8 +154,9 @@ def _roofline(card, args: argparse.Namespace) -> dict:
     )
 
 # %% ../../nbs/bench/18d_latency.ipynb #6dd7f255
-def measure(args: argparse.Namespace) -> dict:
-    "The engine's runs (the median is the headline), the roofline and profiles; then shut down."
+def measure(args: argparse.Namespace) -> tuple[dict, object, object]:
+    """The engine's runs (the median is the headline), the roofline and profiles, and the engine's
+    device and dtype (the HF peer's); then shut down."""
     llm = start_engine(args)
     card = measure_card(llm)
     res = run_record(llm, args, "latency", card, args.batch_size)
@@ -173,8 +174,9 @@ def measure(args: argparse.Namespace) -> dict:
     if (args.profile and device.type == "cuda") or args.host_profile:
         res |= profile_latency(llm, args)
     res["host_probe"] = {"before": probe, "after": runs[-1]["host_probe"]}  # around the measurement
+    dtype = llm.engine.runner.dtype
     llm.shutdown()
-    return res
+    return res, device, dtype
 
 # %% ../../nbs/bench/18d_latency.ipynb #d5fa431e
 def _plot_latency(res: dict, args: argparse.Namespace, name: str) -> Path:
@@ -193,13 +195,11 @@ def main(args: argparse.Namespace) -> dict:
     "`metainfer bench latency`: measure, then the HF peers; write JSON and a bar chart."
     if args.peer == "hf" and args.batch_size != 1:  # (a chart of our B=8 beside HF's B=1 misleads)
         raise SystemExit("--peer hf times HF at batch 1 only: run it with --batch-size 1")
-    res = measure(args)
+    res, device, dtype = measure(args)
     free_memory()
     if args.peer == "hf":
         from metainfer.bench.hf_peer import hf_peers
 
-        device = "cuda" if "gpu" in res["hardware"] else "cpu"
-        dtype = res["engine"]["dtype"]
         peers, errors = hf_peers(
             args.model, args.input_len, args.output_len, args.peer_modes, device, dtype
         )

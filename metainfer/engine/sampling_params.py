@@ -14,7 +14,7 @@ from torch import Tensor
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SAMPLING_EPS', 'INT_FIELDS', 'RequestOutputKind', 'TokenBias', 'TokenIds', 'as_list', 'SamplingParams']
+__all__ = ['SAMPLING_EPS', 'INT_FIELDS', 'RequestOutputKind', 'as_list', 'TokenBias', 'TokenIds', 'SamplingParams']
 
 # %% ../../nbs/engine/10_sampling_params.ipynb #6df8a352
 class RequestOutputKind(Enum):
@@ -29,6 +29,20 @@ SAMPLING_EPS = 1e-5  # temperatures below this are greedy (vLLM's rule): logits 
 # the fields that count things, so take integers only
 INT_FIELDS = ("n", "top_k", "seed", "max_tokens", "min_tokens", "logprobs", "prompt_logprobs")
 INT_FIELDS += ("truncate_prompt_tokens",)
+
+# %% ../../nbs/engine/10_sampling_params.ipynb #7709cbd1
+def as_list(name: str, value: Any, kind: type) -> list:
+    """`value` (None: empty) as a list of `kind`s (integer-likes become ints), or a `ValueError`
+    that names the field."""
+    try:
+        if isinstance(value, (str, bytes, Mapping)):
+            raise TypeError
+        out = [operator.index(v) if kind is int else v for v in (() if value is None else value)]
+    except TypeError:
+        out = None
+    if out is None or not all(isinstance(v, kind) for v in out):
+        raise ValueError(f"{name} must be a list of {kind.__name__}, got {value!r:.60}")
+    return out
 
 # %% ../../nbs/engine/10_sampling_params.ipynb #acae54e37e7d407bbb7b55eff062a284
 class TokenBias(dict):
@@ -55,7 +69,7 @@ class TokenIds(tuple):
     largest); `mask(V, device)`: 0 at them and -inf elsewhere, made once per device (read only)."""
 
     def __new__(cls, ids):
-        out = super().__new__(cls, sorted({int(t) for t in ids}))
+        out = super().__new__(cls, sorted(set(as_list("allowed_token_ids", ids, int))))
         if not out:
             raise ValueError("allowed_token_ids must not be empty")
         out.span, out._masks = (out[0], out[-1]), {}
@@ -67,20 +81,6 @@ class TokenIds(tuple):
             m[torch.tensor(self, device=device)] = 0
             self._masks[key] = m
         return self._masks[key]
-
-# %% ../../nbs/engine/10_sampling_params.ipynb #7709cbd1
-def as_list(name: str, value: Any, kind: type) -> list:
-    """`value` (None: empty) as a list of `kind`s (integer-likes become ints), or a `ValueError`
-    that names the field."""
-    try:
-        if isinstance(value, (str, bytes, Mapping)):
-            raise TypeError
-        out = [operator.index(v) if kind is int else v for v in (() if value is None else value)]
-    except TypeError:
-        out = None
-    if out is None or not all(isinstance(v, kind) for v in out):
-        raise ValueError(f"{name} must be a list of {kind.__name__}, got {value!r:.60}")
-    return out
 
 # %% ../../nbs/engine/10_sampling_params.ipynb #9f7ed682
 @dataclass
@@ -142,9 +142,7 @@ class SamplingParams:
         if not isinstance(self.logit_bias, TokenBias):  # (copies share the checked one)
             self.logit_bias = TokenBias(self.logit_bias or {})
         if not (self.allowed_token_ids is None or isinstance(self.allowed_token_ids, TokenIds)):
-            self.allowed_token_ids = TokenIds(
-                as_list("allowed_token_ids", self.allowed_token_ids, int)
-            )
+            self.allowed_token_ids = TokenIds(self.allowed_token_ids)
         # looked up for every new token: a set, not the list (400k ids cost 35 s a request)
         self.stop_token_set = frozenset(self.stop_token_ids)
         if self.n < 1:
