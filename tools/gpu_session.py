@@ -653,9 +653,9 @@ def stage_tiny_train():
     """Issue 29: train the two tiny models on build/tiny_data (carried; made by
     tools/tiny_models/tokenizer.py), or on $TINY_DATA; the checkpoints come back as
     $OUT/models.tar.part-*. With TRAIN_VARIANTS="FLAGS;FLAGS..." (train.py flags, e.g. "--steps
-    2700 --keep last"; TRAIN_MODELS="qwen3" trains only that one): each variant trains into
-    TINY_MODELS/v<i>/, all at once (these models leave the GPU mostly idle), then `bench greedy`
-    compares each with HF (GREEDY_AT_ONCE at a time: `greedy_alongside`); per model, the variant
+    2700 --keep last"; TRAIN_MODELS="qwen3" trains only that one; TRAIN_TIMEOUT seconds,
+    400): each variant trains into TINY_MODELS/v<i>/, all at once (these models leave the GPU
+    mostly idle), then `bench greedy` compares each with HF (GREEDY_AT_ONCE at a time: `greedy_alongside`); per model, the variant
     with the most identical completions in its worst run comes back."""
     variants = [v.strip() for v in os.environ.get("TRAIN_VARIANTS", "").split(";") if v.strip()]
     outs = [TINY_MODELS / f"v{i}" for i in range(len(variants))] if variants else [TINY_MODELS]
@@ -666,7 +666,7 @@ def stage_tiny_train():
         for out, flags in zip(outs, variants or [""])
         for name in os.environ.get("TRAIN_MODELS", "qwen3 deepseek-v2").split()
     ]
-    sh_together(cmds, 400)
+    sh_together(cmds, float(os.environ.get("TRAIN_TIMEOUT", 400)))
     for out in outs:
         for name in TRAINED:
             if (out / name / "training.json").exists():
