@@ -655,8 +655,9 @@ def stage_tiny_train():
     $OUT/models.tar.part-*. With TRAIN_VARIANTS="FLAGS;FLAGS..." (train.py flags, e.g. "--steps
     2700 --keep last"; TRAIN_MODELS="qwen3" trains only that one; TRAIN_TIMEOUT seconds,
     400): each variant trains into TINY_MODELS/v<i>/, all at once (these models leave the GPU
-    mostly idle), then `bench greedy` compares each with HF (GREEDY_AT_ONCE at a time: `greedy_alongside`); per model, the variant
-    with the most identical completions in its worst run comes back."""
+    mostly idle), then `bench greedy` compares each with HF (GREEDY_AT_ONCE at a time:
+    `greedy_alongside`); per model, the variant with the most identical completions in its worst
+    run comes back."""
     variants = [v.strip() for v in os.environ.get("TRAIN_VARIANTS", "").split(";") if v.strip()]
     outs = [TINY_MODELS / f"v{i}" for i in range(len(variants))] if variants else [TINY_MODELS]
     data = os.environ.get("TINY_DATA", "build/tiny_data")  # e.g. build/tiny_data_wide
