@@ -686,6 +686,7 @@ def stage_tiny_train():
         sh_together(benches[i : i + at_once], 300)
         keep()
     kept = TINY_MODELS / "kept"
+    shutil.rmtree(kept, ignore_errors=True)  # (a warm machine's earlier call left its own)
     for name in TRAINED:
         trained = [out for out in outs if (out / name / "config.json").exists()]
         if not trained:
