@@ -77,6 +77,16 @@ def test_detokenize_false_gives_ids_only(llm):
     ids_only = llm.generate("hi", greedy(max_tokens=5, detokenize=False), use_tqdm=False)
     assert ids_only[0].outputs[0].text == "" and with_text.text
     assert ids_only[0].outputs[0].token_ids == with_text.token_ids
+
+    # logprobs come with each token's text, or none without detokenizing (vLLM's `None`)
+    def texts(**p) -> list[str | None]:
+        params = greedy(max_tokens=2, logprobs=2, prompt_logprobs=1, **p)
+        out = llm.generate("hi there", params, use_tqdm=False)[0]
+        entries = out.outputs[0].logprobs + out.prompt_logprobs[1:]
+        return [lp.decoded_token for e in entries for lp in e.values()]
+
+    assert all(isinstance(t, str) for t in texts())
+    assert set(texts(detokenize=False)) == {None}
     with pytest.raises(ValueError, match="detokenize"):
         SamplingParams(stop=["x"], detokenize=False)
 

@@ -236,18 +236,19 @@ def _token_text(self: LLMEngine, token_id: int) -> str | None:
 def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> list[RequestOutput]:
     "The logprobs, text and outputs of a step whose tokens `_resolve` read back."
     batch = launched.batch  # (a request that ended before this step is gone, and its token)
+    text = lambda r: self._token_text if r.detok is not None else None  # (detokenize=False: None)
     for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
         if (r := self._by_seq.get(batch.sampling[row].seq_id)) is not None:
             k = r.seq.params.logprobs
             r.logprobs.append(
-                logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, k, self._token_text)
+                logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, k, text(r))
             )
             r.cumulative_logprob += lp
     for row, scored in launched.prompt_logprobs().items():
         if (r := self._by_seq.get(batch.seqs[row].seq_id)) is not None:
             seq, start, k = r.seq, batch.starts[row], r.seq.params.prompt_logprobs
             for j, s in enumerate(scored, start + 1):  # this chunk's tokens (again if recomputed)
-                r.prompt_logprobs[j] = logprob_entry(seq.token_ids[j], *s, k, self._token_text)
+                r.prompt_logprobs[j] = logprob_entry(seq.token_ids[j], *s, k, text(r))
     # not aborted or done
     reqs = [r for s in batch.sampling if (r := self._by_seq.get(s.seq_id)) is not None]
     eos, finish = self.scheduler.eos_token_ids, self.scheduler.finish

@@ -156,12 +156,14 @@ def logprob_entry(
     top_lp: list[float],  # the likeliest tokens' logprobs (the most any row of the step asked for)
     top_ids: list[int],  # and their ids
     k: int,  # how many of those this request asked for
-    token_text: Callable[[int], str | None],  # a token's own text
+    token_text: Callable[[int], str | None] | None,  # a token's own text (None: no text)
 ) -> dict[int, Logprob]:
-    "A token's `Logprob` and those of the `k` likeliest tokens at its place."
-    entry = {token_id: Logprob(logprob, rank, token_text(token_id))}
+    """A token's `Logprob` and those of the `k` likeliest tokens at its place; without `token_text`
+    (a request with `detokenize=False`), `decoded_token` None, as vLLM's."""
+    text = token_text or (lambda _: None)
+    entry = {token_id: Logprob(logprob, rank, text(token_id))}
     for i, (t, v) in enumerate(zip(top_ids[:k], top_lp[:k])):
-        entry.setdefault(t, Logprob(v, i + 1, token_text(t)))
+        entry.setdefault(t, Logprob(v, i + 1, text(t)))
     return entry
 
 # %% ../../nbs/engine/13c_outputs.ipynb #26a59b5f
