@@ -33,6 +33,7 @@ SHARED = {
     "min_tokens": 1,
     "include_stop_str_in_output": True,
     "skip_special_tokens": False,
+    "spaces_between_special_tokens": False,
     "allowed_token_ids": [11, 12, 13],
     "bad_words": ["hello"],
     "truncate_prompt_tokens": 4,
@@ -48,7 +49,6 @@ SHARED = {
     # vLLM's, not implemented here
     "use_beam_search": True,
     "length_penalty": 2.0,
-    "spaces_between_special_tokens": False,
     "priority": 3,
     "logits_processors": ["my.module:Proc"],
     "cache_salt": "s",
@@ -99,6 +99,7 @@ HONOURED = {  # fields this server implements (their effects: the other tests)
     *"max_tokens temperature top_p n stream stream_options stop seed presence_penalty".split(),
     *"frequency_penalty logit_bias user top_k min_p repetition_penalty stop_token_ids".split(),
     *"ignore_eos min_tokens include_stop_str_in_output skip_special_tokens".split(),
+    "spaces_between_special_tokens",
     *"allowed_token_ids bad_words truncate_prompt_tokens return_token_ids".split(),
     *"structured_outputs guided_json guided_regex guided_choice guided_grammar".split(),
     *"guided_whitespace_pattern guided_decoding_backend response_format".split(),

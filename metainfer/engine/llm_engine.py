@@ -21,7 +21,7 @@ from .block_manager import BlockManager
 from .scheduler import Scheduler, ScheduledBatch
 from .logits_processing import LaunchedStep
 from .runner import ModelRunner
-from .outputs import RequestOutput, IncrementalDetokenizer, Request, logprob_entry
+from .outputs import RequestOutput, Request, logprob_entry, request_detokenizer
 from .request_groups import RequestGroups
 
 # %% auto #0
@@ -142,12 +142,7 @@ def add_request(
         self.groups.forget(request_id)
         raise
     for rid, text, seq in admitted:
-        params = seq.params
-        detok = (
-            IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-            if self.tokenizer is not None and params.detokenize
-            else None
-        )
+        detok = request_detokenizer(self.tokenizer, seq.params)
         self.requests[rid] = self._by_seq[seq.seq_id] = Request(rid, text, seq, detok, stream)
         self.scheduler.add(seq)
 
@@ -240,9 +235,7 @@ def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> l
     for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
         if (r := self._by_seq.get(batch.sampling[row].seq_id)) is not None:
             k = r.seq.params.logprobs
-            r.logprobs.append(
-                logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, k, text(r))
-            )
+            r.logprobs.append(logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, k, text(r)))
             r.cumulative_logprob += lp
     for row, scored in launched.prompt_logprobs().items():
         if (r := self._by_seq.get(batch.seqs[row].seq_id)) is not None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 from fastcore.basics import patch
+from .sampling_params import SamplingParams
 from .sequence import Sequence
 
 # %% auto #0
-__all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'StopStrings', 'Request', 'logprob_entry']
+__all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'request_detokenizer', 'StopStrings',
+           'Request', 'logprob_entry']
 
 # %% ../../nbs/engine/13c_outputs.ipynb #068f4f8b
 @dataclass
@@ -63,8 +65,9 @@ class RequestOutput:
 class IncrementalDetokenizer:
     "Text of a growing list of token ids, decoded a small window at a time."
 
-    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+    def __init__(self, tokenizer, skip_special_tokens=True, spaces_between_special_tokens=True):
         self.tokenizer, self.skip = tokenizer, skip_special_tokens
+        self.spaces = spaces_between_special_tokens  # (HF's slow tokenizers; fast ones ignore it)
         self.prefix, self.read, self.text = 0, 0, ""
 
 # %% ../../nbs/engine/13c_outputs.ipynb #d647fab6
@@ -72,7 +75,8 @@ class IncrementalDetokenizer:
 def add(self: IncrementalDetokenizer, ids: list[int], final: bool = False) -> str:
     """Feed the full completion ids so far; the newly final text (`final`: flush a partial
     character too)."""
-    dec = lambda a, b: self.tokenizer.decode(ids[a:b], skip_special_tokens=self.skip)
+    args = dict(skip_special_tokens=self.skip, spaces_between_special_tokens=self.spaces)
+    dec = lambda a, b: self.tokenizer.decode(ids[a:b], **args)
     before, now = dec(self.prefix, self.read), dec(self.prefix, len(ids))
     if len(now) <= len(before) or (now.endswith("\ufffd") and not final):
         return ""
@@ -80,6 +84,14 @@ def add(self: IncrementalDetokenizer, ids: list[int], final: bool = False) -> st
     new = now[len(before) :]
     self.text += new
     return new
+
+# %% ../../nbs/engine/13c_outputs.ipynb #3fd91264
+def request_detokenizer(tokenizer, params: SamplingParams) -> IncrementalDetokenizer | None:
+    "The detokenizer of a request with `params`; None without a tokenizer or text (vLLM's)."
+    if tokenizer is None or not params.detokenize:
+        return None
+    skip, spaces = params.skip_special_tokens, params.spaces_between_special_tokens
+    return IncrementalDetokenizer(tokenizer, skip, spaces)
 
 # %% ../../nbs/engine/13c_outputs.ipynb #528fa95f
 class StopStrings:

@@ -98,6 +98,8 @@ class SamplingParams:
     # keep the stop string, or the stop token's text, at the end of the text
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True  # leave special tokens (<|im_end|>, ...) out of the text
+    # a space between special tokens in the text (HF's slow tokenizers; fast ones ignore it)
+    spaces_between_special_tokens: bool = True
     logprobs: int | None = None  # the logprob of each new token and of the k likeliest at its place
     # the same for each prompt token after the first (no cache hits)
     prompt_logprobs: int | None = None

@@ -110,6 +110,7 @@ class SamplingRequest(OpenAIModel):
     min_tokens: int | None = Field(None, ge=0)  # vLLM's
     include_stop_str_in_output: bool | None = None  # vLLM's
     skip_special_tokens: bool | None = None  # vLLM's
+    spaces_between_special_tokens: bool | None = None  # vLLM's
     return_token_ids: bool | None = None  # vLLM's: prompt and completion token ids in responses
     return_tokens_as_token_ids: bool | None = None  # vLLM's: logprobs' tokens as "token_id:{id}"
     user: str | None = None

@@ -44,7 +44,6 @@ UNSUPPORTED = {
     "reasoning_effort": _asked,
     "verbosity": _asked,
     "length_penalty": lambda v: v not in (None, 1, 1.0),  # (beam search's)
-    "spaces_between_special_tokens": lambda v: v not in (None, True),
     "include_reasoning": lambda v: v not in (None, True),
     "priority": lambda v: v not in (None, 0),
     "logits_processors": _asked,
@@ -238,6 +237,7 @@ def _given(req: SamplingRequest, logprobs, prompt_logprobs) -> dict:
             min_tokens=req.min_tokens,
             include_stop_str_in_output=req.include_stop_str_in_output,
             skip_special_tokens=req.skip_special_tokens,
+            spaces_between_special_tokens=req.spaces_between_special_tokens,
             min_p=req.min_p,
             bad_words=req.bad_words,
         ).items()
