@@ -15,8 +15,9 @@ from ..config import add_engine_args, engine_config
 from .common import Card
 
 # %% auto #0
-__all__ = ['add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment', 'gpu_memory_used',
-           'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'summary_line', 'print_summary']
+__all__ = ['add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment', 'source_version',
+           'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'summary_line',
+           'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #47e8983b
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -59,7 +60,7 @@ def bench_command(args: argparse.Namespace, mode: str) -> str:
 
 # %% ../../nbs/bench/18aa_results.ipynb #eb87e3aa
 def environment(device) -> dict:
-    "Versions, and the GPU's name and count."
+    "Versions, the GPU's name and count, and which code ran (`source_version`)."
     import platform
     import torch
     import transformers
@@ -71,7 +72,30 @@ def environment(device) -> dict:
     }
     if device.type == "cuda":
         env |= {"gpu": torch.cuda.get_device_name(device), "gpus": torch.cuda.device_count()}
-    return env
+    return env | source_version()
+
+# %% ../../nbs/bench/18aa_results.ipynb #09e0ad90
+def source_version(root: Path | None = None) -> dict:
+    """Which code made a result: the package's version, a digest of its `.py` files under `root`
+    (the package's folder; the digest names the code where no `.git` came along, as on the device
+    machine) and, in a git checkout, the commit and whether the files differ from it."""
+    import hashlib
+    import subprocess
+    import metainfer
+
+    root = root or Path(metainfer.__file__).parent
+    digest = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        digest.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    rec = {"metainfer": metainfer.__version__, "source_sha256": digest.hexdigest()[:16]}
+    git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True)
+    try:
+        head, changed = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", ".")
+    except OSError:  # (no git)
+        return rec
+    if head.returncode == 0:
+        rec |= {"commit": head.stdout.strip(), "dirty": bool(changed.stdout.strip())}
+    return rec
 
 # %% ../../nbs/bench/18aa_results.ipynb #8d908e0f
 def gpu_memory_used() -> list[int]:
