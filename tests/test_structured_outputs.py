@@ -6,6 +6,7 @@ TP=2 gives the same tokens as TP=1."""
 import json
 import re
 from typing import Literal
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -374,3 +375,39 @@ def test_forced_tool_call_arguments_take_no_extra_keys():
         json.loads(line.split("%json ", 1)[1]) for line in grammar.splitlines() if "%json" in line
     ]
     assert [s.get("additionalProperties") for s in schemas] == [False, True]
+
+
+def test_contradictory_constraints_end_with_an_error(llm):
+    """A grammar that `allowed_token_ids` or `min_tokens` leave no way through ends where no token
+    is left, with finish reason "error" (it wrote tokens the grammar refused before); a request
+    beside it in the same batch is untouched, and the engine goes on."""
+    tok = llm.get_tokenizer()
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    yes_no = StructuredOutputsParams(choice=["yes", "no"])
+    greedy = lambda **kw: SamplingParams(temperature=0, max_tokens=8, **kw)
+    cases = [
+        (greedy(structured_outputs=yes_no, allowed_token_ids=tok.encode(" the")), [""]),
+        (greedy(structured_outputs=yes_no, min_tokens=5), ["yes", "no"]),  # (no end allowed)
+        (greedy(allowed_token_ids=[eos], min_tokens=2), [""]),
+        (SamplingParams(seed=3, max_tokens=8, allowed_token_ids=[eos], min_tokens=2), [""]),
+    ]
+    alone = llm.generate("Answer:", greedy(), use_tqdm=False)[0].outputs[0]
+    for params, texts in cases:
+        bad, good = llm.generate(["Answer:"] * 2, [params, greedy()], use_tqdm=False)
+        assert bad.outputs[0].finish_reason == "error" and bad.outputs[0].text in texts
+        assert good.outputs[0].token_ids == alone.token_ids
+
+
+def test_contradictory_constraints_are_a_400_or_a_last_error_event(server, client):
+    fields = {"guided_choice": ["yes", "no"], "min_tokens": 5}
+    with pytest.raises(openai.BadRequestError, match="no token satisfies"):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], extra_body=fields
+        )
+    body = {"model": "tiny", "prompt": "x", "stream": True, "max_tokens": 8} | fields
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert (
+        events[-1] == "[DONE]"
+        and "no token satisfies" in json.loads(events[-2])["error"]["message"]
+    )

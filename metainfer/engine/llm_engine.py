@@ -19,6 +19,7 @@ from .structured_outputs import GrammarCompiler
 from .token_masks import step_bitmask
 from .block_manager import BlockManager
 from .scheduler import Scheduler, ScheduledBatch
+from .sequence import NO_TOKEN
 from .logits_processing import LaunchedStep
 from .runner import ModelRunner
 from .outputs import RequestOutput, Request, logprob_entry, request_detokenizer
@@ -233,7 +234,8 @@ def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> l
     batch = launched.batch  # (a request that ended before this step is gone, and its token)
     text = lambda r: self._token_text if r.detok is not None else None  # (detokenize=False: None)
     for row, (lp, rank, top_lp, top_ids) in launched.logprobs().items():
-        if (r := self._by_seq.get(batch.sampling[row].seq_id)) is not None:
+        r = self._by_seq.get(batch.sampling[row].seq_id) if token_ids[row] != NO_TOKEN else None
+        if r is not None:
             k = r.seq.params.logprobs
             r.logprobs.append(logprob_entry(token_ids[row], lp, rank, top_lp, top_ids, k, text(r)))
             r.cumulative_logprob += lp

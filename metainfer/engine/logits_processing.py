@@ -11,7 +11,7 @@ from fastcore.basics import patch
 from ..layers.attention import to_device
 from .sampler import sample, token_logprobs, apply_penalties
 from .sampling_params import SamplingParams
-from .sequence import Sequence
+from .sequence import NO_TOKEN, Sequence
 from .scheduler import ScheduledBatch
 
 # %% auto #0
@@ -169,21 +169,27 @@ def draw_tokens(
     last_token_ids: Tensor | None,  # as `adjusted_logits`'
     last_rows: dict[int, int],
     stop_token_ids: tuple[int, ...] = (),
+    may_empty: bool = False,  # a row's masks or bans might rule out every token
 ) -> Tensor:
     """Each row's next token: from its logits adjusted as its request asks (`adjusted_logits`),
-    greedy or sampled (temperature, min-p, top-k, top-p, seeds)."""
+    greedy or sampled (temperature, min-p, top-k, top-p, seeds); with `may_empty`, `NO_TOKEN` for
+    a row left without any (every logit -inf: its constraints contradict each other)."""
     params = [s.params for s in seqs]
     if any(p.adjusts_logits for p in params):
         logits = adjusted_logits(seqs, logits, last_token_ids, last_rows, stop_token_ids)
     if all(p.greedy for p in params):
-        return logits.argmax(-1)
-    min_p = [p.min_p for p in params]
-    return sample(
-        logits,
-        *sampling_tensors(seqs, logits.device),
-        filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
-        min_p=to_device(min_p, logits.device, torch.float) if any(min_p) else None,
-    )
+        ids = logits.argmax(-1)
+    else:
+        min_p = [p.min_p for p in params]
+        ids = sample(
+            logits,
+            *sampling_tensors(seqs, logits.device),
+            filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
+            min_p=to_device(min_p, logits.device, torch.float) if any(min_p) else None,
+        )
+    if may_empty:  # (another reduction over the logits: only for the steps that need it)
+        ids = ids.masked_fill(logits.amax(-1) == float("-inf"), NO_TOKEN)
+    return ids
 
 # %% ../../nbs/engine/12b_logits_processing.ipynb #204bb9e9
 class Forwarded(NamedTuple):

@@ -35,7 +35,7 @@ class CompletionOutput:
     cumulative_logprob: float | None = None  # asked for: the sum of the new tokens' logprobs
     # asked for: per new token, it and the likeliest
     logprobs: list[dict[int, Logprob]] | None = None
-    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" (no token allowed)
     stop_reason: str | int | None = None
     lora_request: None = None  # (vLLM's: no adapters here)
 

@@ -243,15 +243,20 @@ def forward(self: ModelRunner, batch: ScheduledBatch) -> Forwarded:
 def sample(self: ModelRunner, fwd: Forwarded, bitmask: tuple | None = None) -> LaunchedStep:
     """Rank 0: queue the drawing of each sampling row's token from `fwd`'s logits; with `bitmask`
     (`step_bitmask`'s `(rows, bitmask, banned)`), only from the tokens it allows at those rows and
-    not the banned ones (which the logprobs still score, as vLLM's raw logprobs do)."""
+    not the banned ones (which the logprobs still score, as vLLM's raw logprobs do). A row left
+    without a token reads back as `NO_TOKEN` (the next step, queued before that is known, gets a
+    harmless id for it)."""
     seqs, logits, (rows, mask, banned) = fwd.batch.sampling, fwd.logits, bitmask or ([], None, [])
     if rows:
         apply_token_bitmask(logits, rows, mask)
     saved = ban_tokens(logits, banned)
-    ids = draw_tokens(seqs, logits, self.last_token_ids, self.last_rows, self.stop_token_ids)
+    may_empty = bool(rows or banned) or any(s.params.adjusts_logits for s in seqs)
+    last = self.last_token_ids
+    ids = draw_tokens(seqs, logits, last, self.last_rows, self.stop_token_ids, may_empty)
     unban_tokens(logits, saved)
-    self.last_token_ids, self.last_rows = ids, {s.seq_id: i for i, s in enumerate(seqs)}
-    logprobs = step_logprobs(logits, ids, [s.params for s in seqs])
+    drawn = ids.clamp(min=0) if may_empty else ids  # (`NO_TOKEN`'s row: any id, never read)
+    self.last_token_ids, self.last_rows = drawn, {s.seq_id: i for i, s in enumerate(seqs)}
+    logprobs = step_logprobs(logits, drawn, [s.params for s in seqs])
     return LaunchedStep(fwd.batch, ids, fwd.started, logprobs, fwd.prompt_logprobs)
 
 # %% ../../nbs/engine/13_runner.ipynb #9ccef5f7

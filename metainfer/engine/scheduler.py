@@ -8,7 +8,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from fastcore.basics import patch
-from .sequence import Sequence, SequenceStatus
+from .sequence import NO_TOKEN, Sequence, SequenceStatus
 from .block_manager import BlockManager
 
 # %% auto #0
@@ -232,6 +232,9 @@ def postprocess(self: Scheduler, batch: ScheduledBatch, token_ids: list[int]) ->
     for seq, t in zip(batch.sampling, token_ids):
         if seq.is_finished:
             continue  # aborted or stopped while this step ran: its token is not used
+        if t == NO_TOKEN:  # its constraints left no token to draw: it ends before this one
+            self.finish(seq, "error")
+            continue
         i, taken = seq.resolve(t), taken + 1
         if reason := self.finish_reason(seq, t):
             self.finish(seq, reason)

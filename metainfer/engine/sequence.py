@@ -10,7 +10,7 @@ from fastcore.basics import patch
 from .sampling_params import SamplingParams
 
 # %% auto #0
-__all__ = ['PENDING', 'SequenceStatus', 'Sequence']
+__all__ = ['PENDING', 'NO_TOKEN', 'SequenceStatus', 'Sequence']
 
 # %% ../../nbs/engine/10_sequence.ipynb #7a29fbaf
 class SequenceStatus(Enum):
@@ -88,6 +88,9 @@ def append(self: Sequence, token_id: int) -> None:
 # %% ../../nbs/engine/10_sequence.ipynb #b62c1226
 # placeholder id of a token a launched step is still producing (its value: on the device)
 PENDING = -1
+# a step's token for a row whose constraints (grammar, allowed ids, bad words, min_tokens) left
+# no token at all: the sequence ends there, with finish reason "error"
+NO_TOKEN = -2
 
 # %% ../../nbs/engine/10_sequence.ipynb #36b0c198
 @patch

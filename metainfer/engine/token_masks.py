@@ -67,11 +67,12 @@ def step_bitmask(
         oks = [g.matcher.consume_token(t) for g, t in singles]
     for (g, t), ok in zip(singles, oks):
         g.consumed(ok, t)
-    fills = [(s.grammar, j) for j, s in live if s.grammar is not None and s.grammar.constrains]
+    fills = [(s.grammar, j) for j, s in live if s.grammar.constrains]
     filled = {j for _, j in fills}
-    for j in range(len(rows)):  # row by row: a small fill, no thread pool that stays spinning
-        if j not in filled:  # (and takes cores from llguidance's threads)
-            mask[j].fill_(-1)
+    refused = {j for j, s in live if s.grammar.error is not None}  # (nothing: the row's sequence
+    for j in range(len(rows)):  # ends, `NO_TOKEN`); row by row: a small fill, no thread pool
+        if j not in filled:  # that stays spinning (and takes cores from llguidance's threads)
+            mask[j].fill_(0 if j in refused else -1)
     if grammars is not None and len(fills) > 1:
         grammars.executor.unsafe_compute_mask_ptr(
             [(g.matcher, j) for g, j in fills], mask.data_ptr(), width * 4, len(rows)

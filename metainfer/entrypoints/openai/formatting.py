@@ -13,12 +13,27 @@ from starlette.responses import Response
 from ...engine.outputs import RequestOutput, Logprob
 from .engine_loop import RequestStream
 from .prompts import prompt_list
-from .protocol import SamplingRequest, ChatCompletionRequest
+from metainfer.entrypoints.openai.protocol import (
+    OpenAIError,
+    SamplingRequest,
+    ChatCompletionRequest,
+)
 
 # %% auto #0
-__all__ = ['text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
+__all__ = ['checked', 'text_deltas', 'usage', 'response_head', 'completion_choice', 'chat_choice', 'sse', 'completion_logprobs',
            'chat_logprobs', 'choice_logprobs', 'echo_texts', 'reasoning_fields', 'chat_message', 'chat_finish_reason',
            'json_response']
+
+# %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #8671d7fb
+def checked(out: RequestOutput) -> RequestOutput:
+    "`out`, unless a completion of it ended for want of any token its request allows: a 400."
+    if ended := [c for c in out.outputs if c.finish_reason == "error"]:
+        raise OpenAIError(
+            f"no token satisfies this request's constraints after {len(ended[0].token_ids)} "
+            "completion tokens: its structured output, allowed_token_ids, bad_words and min_tokens "
+            "(which holds back the end of the text) rule out every token together"
+        )
+    return out
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #c5c9ed99
 async def text_deltas(stream: RequestStream) -> AsyncIterator[tuple[str, int, RequestOutput]]:
@@ -27,7 +42,7 @@ async def text_deltas(stream: RequestStream) -> AsyncIterator[tuple[str, int, Re
     from there on); and the output."""
     sent_text = sent_ids = 0
     async for out in stream:
-        c = out.outputs[0]
+        c = checked(out).outputs[0]
         yield c.text[sent_text:], sent_ids, out
         sent_text, sent_ids = len(c.text), len(c.token_ids)
 

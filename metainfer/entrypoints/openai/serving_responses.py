@@ -16,6 +16,7 @@ from ..chat_parsing import THINK
 from .responses_request import ResponsesRequest
 from .prompts import chat_prompt
 from .engine_loop import EngineError
+from .protocol import OpenAIError
 from .formatting import text_deltas
 from metainfer.entrypoints.openai.serving import (
     Choice,
@@ -287,6 +288,8 @@ async def response_events(
     except EngineError as e:
         # (the code the other streams' error events and the non-streamed 503s carry)
         yield ev.event("error", code="engine_unavailable", message=str(e), param=None)
+    except OpenAIError as e:  # (a completion that ended for want of a token: `checked`)
+        yield ev.event("error", code=e.code, message=e.message, param=e.param)
     finally:
         c.stream.abort()
 

@@ -14,6 +14,7 @@ from ...engine.outputs import RequestOutput
 from .protocol import OpenAIError, SamplingRequest
 from .engine_loop import RequestStream, EngineError
 from metainfer.entrypoints.openai.formatting import (
+    checked,
     text_deltas,
     usage,
     completion_choice,
@@ -198,6 +199,8 @@ async def stream_events(
             )
     except EngineError as e:
         yield sse(OpenAIError(str(e), 503, "engine_unavailable", type="server_error").body())
+    except OpenAIError as e:  # (a completion that ended for want of a token: `checked`)
+        yield sse(e.body())
     finally:
         abort_all(choices)
     yield sse("[DONE]")
@@ -212,7 +215,7 @@ async def wait_disconnect(request: Request) -> None:
 async def _last(stream: RequestStream) -> RequestOutput:
     async for out in stream:
         pass
-    return out
+    return checked(out)
 
 # %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #7cff4951
 async def final_outputs(choices: list[Choice], request: Request) -> list[RequestOutput]:
