@@ -118,6 +118,33 @@ def test_streamed_tool_calls_equal_whole(served, client):
     )
 
 
+def test_parallel_tool_calls_false_keeps_the_first_call(served, client):
+    """As vLLM: the calls after the first are dropped, whole and streamed (where only index 0
+    comes), and in the Responses API."""
+    ask = dict(model="tiny", messages=ASK, tools=TOOLS, max_tokens=100, parallel_tool_calls=False)
+    will_write(served, ANSWER)
+    c = client.chat.completions.create(**ask).choices[0]
+    assert (calls_of(c.message.tool_calls), c.finish_reason) == ([CALLS[0]], "tool_calls")
+    will_write(served, ANSWER)
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert calls_of(calls) == [CALLS[0]] and [t.index for t in calls] == [0]
+    will_write(served, ANSWER)
+    r = client.responses.create(
+        model="tiny", input="Weather in Paris?", tools=RESPONSE_TOOLS, parallel_tool_calls=False
+    )
+    assert [(i.name, json.loads(i.arguments)) for i in r.output if i.type == "function_call"] == [
+        CALLS[0]
+    ]
+
+
+def test_tool_call_arguments_are_always_json(served, client):
+    "Arguments the model wrote as a JSON string come back as JSON text (vLLM's `json.dumps`)."
+    will_write(served, '<tool_call>\n{"name": "get_weather", "arguments": "Paris"}\n</tool_call>')
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, max_tokens=60)
+    assert calls_of(r.choices[0].message.tool_calls) == [("get_weather", "Paris")]
+
+
 def test_reasoning_under_both_of_vllms_names(served, client):
     """The reasoning comes as `reasoning` (current vLLM's name) and `reasoning_content` (older
     vLLM's), whole and streamed; an assistant message sent back may carry it under either."""
@@ -257,7 +284,7 @@ def test_tool_choice_required_or_named_forces_the_call(served, client):
     )
     assert (calls_of(r.choices[0].message.tool_calls), r.choices[0].finish_reason) == (
         [CALLS[0]],
-        "tool_calls",
+        "stop",  # (a call of the function named: not one the model chose, as in vLLM and OpenAI)
     )
     assert tok.decode(r.model_extra["prompt_token_ids"]).endswith("<|im_start|>assistant\n")
     will_write(served, call("now", "{}"))
@@ -461,6 +488,11 @@ def test_responses_api_second_turn_and_limits(served, client):
     ]
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
         client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")
+    for field, value in [("conversation", "conv_1"), ("prompt", {"id": "pmpt_1"})]:
+        with pytest.raises(openai.BadRequestError, match=f"{field}: this server stores nothing"):
+            client.responses.create(model="tiny", input="Hi", **{field: value})
+    with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
+        client.responses.create(model="tiny", input="Hi", tool_choice="required")
 
 
 def test_responses_usage_counts_cached_and_reasoning_tokens(served, client):

@@ -58,7 +58,7 @@ def parse_tool_call(body: str) -> dict | None:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return None
     args = call.get("arguments", call.get("parameters", {}))  # (some models write "parameters")
-    return tool_call(call["name"], args)
+    return tool_call(call["name"], json.dumps(args, ensure_ascii=False))  # (JSON, a string's too)
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #27a55625
 SEP = "<｜tool▁sep｜>"  # DeepSeek's: between a call's kind or name and the rest
@@ -141,11 +141,12 @@ class ChatOutputParser:
         tools: bool = False,  # parse tool calls
         in_reasoning: bool = False,  # the prompt opened `<think>` (see `opens_reasoning`)
         tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes its calls
+        max_calls: int | None = None,  # calls past this many are dropped (`parallel_tool_calls`)
     ):
         # space: held before a <tool_call>
         self.tools, self.num_calls, self.buf, self.space = tools, 0, "", ""
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
-        self.fmt = tool_format
+        self.fmt, self.max_calls = tool_format, max_calls
         self.after_think = False  # newlines right after </think> are dropped
         # nothing but whitespace since the last tool call (which is then dropped)
         self.after_call = False
@@ -228,8 +229,10 @@ def _tool(self: ChatOutputParser, out, final) -> bool:
     body = self._take(end if end >= 0 else len(self.buf))
     closed = self._take(len(self.fmt.end)) if end >= 0 else ""
     if (call := self.fmt.parse(body)) is not None:
-        out["tool_calls"].append({"index": self.num_calls} | call)
-        self.num_calls, self.after_call = self.num_calls + 1, True
+        if self.max_calls is None or self.num_calls < self.max_calls:  # (vLLM drops the rest)
+            out["tool_calls"].append({"index": self.num_calls} | call)
+            self.num_calls += 1
+        self.after_call = True
     else:
         self._say(
             out, self.space + self.fmt.begin + body + closed

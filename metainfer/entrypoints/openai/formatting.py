@@ -218,8 +218,12 @@ def chat_message(parts: dict, reasoning: bool) -> dict:
     )
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #d3d9e477
-def chat_finish_reason(c, reason: str | None) -> str | None:  # c: a `Choice` (16f_serving)
-    return "tool_calls" if reason == "stop" and c.parser.num_calls else reason
+def chat_finish_reason(c, reason: str | None, req: ChatCompletionRequest) -> str | None:
+    """A chat choice's finish reason: "tool_calls" where it ended with calls it chose to make, as
+    vLLM and OpenAI say, not a call to the function `tool_choice` named ("stop"). `c`: a `Choice`
+    (`16f_serving`)."""
+    named = req.tool_choice not in (None, "auto", "required", "none")
+    return "tool_calls" if reason == "stop" and c.parser.num_calls and not named else reason
 
 # %% ../../../nbs/entrypoints/openai/16e_formatting.ipynb #b3ae6222
 _dumps = functools.partial(json.dumps, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -271,7 +271,7 @@ class ChatCompletionRequest(SamplingRequest):
     top_logprobs: int | None = Field(None, ge=0)  # (the upper bound: the engine's max_logprobs)
     tools: Items[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None  # (every call the model writes is returned)
+    parallel_tool_calls: bool | None = None  # false: only the first call comes back (as vLLM)
     chat_template_kwargs: dict[str, Any] | None = None  # e.g. {"enable_thinking": false} for Qwen3
     chat_template: str | None = None  # vLLM's: only with --trust-request-chat-template
     add_generation_prompt: bool = True  # vLLM's: open the assistant's turn

@@ -68,6 +68,8 @@ class ResponsesRequest(OpenAIModel):
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
     parallel_tool_calls: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | dict | None = None  # (stored state: refused, as previous_response_id)
+    prompt: dict | None = None  # (a stored prompt template: refused)
     background: bool | None = None
     store: bool | None = None  # (accepted; nothing is stored)
     text: TextConfig | None = None
@@ -101,6 +103,13 @@ def _check_stateless(req: ResponsesRequest) -> None:
             code="unsupported_parameter",
             param="background",
         )
+    for field in ("conversation", "prompt"):  # (both name state stored at OpenAI)
+        if getattr(req, field):
+            raise OpenAIError(
+                f"{field}: this server stores nothing; send the whole conversation as input",
+                code="unsupported_parameter",
+                param=field,
+            )
 
 # %% ../../../nbs/entrypoints/openai/16ha_responses_request.ipynb #b9cbd217
 # `include` values served as they are: the reasoning, in the clear, is what a client hands back
@@ -199,7 +208,8 @@ def chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         "top_p": req.top_p,
         "stream": req.stream,
         "tools": tools or None,
-        "tool_choice": choice if tools else None,
+        # (without tools, "required" or a named function is the chat's 400; the rest ask nothing)
+        "tool_choice": choice if tools or choice not in ("auto", "none") else None,
         "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": response_format(req),
     }

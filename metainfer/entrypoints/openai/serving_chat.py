@@ -42,6 +42,7 @@ def output_parser(
         reasoning,
         tools=bool(req.tools) and req.tool_choice != "none",
         tool_format=st.tool_format,
+        max_calls=1 if req.parallel_tool_calls is False else None,
         in_reasoning=reasoning
         and (
             st.reasoning_parser == "deepseek_r1"
@@ -59,7 +60,7 @@ def _whole_choice(
     return chat_choice(
         "message",
         chat_message(c.parser.feed(o.text, final=True), reasoning),
-        chat_finish_reason(c, o.finish_reason),
+        chat_finish_reason(c, o.finish_reason, req),
         o.token_ids if req.return_token_ids else None,
         choice_logprobs(req, out),
         c.index,

@@ -104,7 +104,7 @@ def _chunk(
         delta = {k: v for k, v in c.parser.feed(text, final=out.finished).items() if v}
         if thought := delta.pop("reasoning_content", None):  # (under both of vLLM's names)
             delta = reasoning_fields(thought) | delta
-        reason = chat_finish_reason(c, reason)
+        reason = chat_finish_reason(c, reason, req)
     if not ((delta if chat else text) or reason or ids or lps):
         return None
     tids, why = o.token_ids[start:] if ids else None, o.stop_reason if reason else None
