@@ -15,18 +15,25 @@ from ..bench import add_bench_parsers
 __all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser', 'build_parser', 'main']
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #f0d2ed25
-def _sampling_params(args):
-    "The `SamplingParams` of `generate`'s sampling flags."
-    from metainfer.engine.sampling_params import SamplingParams
+_GENERATE_DEFAULTS = {"temperature": 0.0, "max_tokens": 64}  # (greedy, unless told otherwise)
 
-    return SamplingParams(
+
+def _sampling_params(args, model_defaults: dict | None = None):
+    """The `SamplingParams` of `generate`: the sampling flags given, else the model's
+    generation_config.json defaults (`model_defaults`, as `--generation-config` reads them), else
+    `_GENERATE_DEFAULTS`."""
+    from metainfer.engine.llm import default_sampling_params
+
+    flags = dict(
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
         max_tokens=args.max_tokens,
         seed=args.sampling_seed,
-        ignore_eos=args.ignore_eos,
+        ignore_eos=args.ignore_eos or None,
     )
+    given = {k: v for k, v in flags.items() if v is not None}
+    return default_sampling_params(_GENERATE_DEFAULTS | (model_defaults or {}) | given)
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #86612cff
 def _print_outputs(outs, elapsed: float, runner) -> None:
@@ -56,8 +63,9 @@ def generate_main(args) -> None:
             f"model: embedded default {model.name}: a tiny Qwen3 trained here on the King James "
             "Bible and fortune quotations (expect their register, not facts)"
         )
-    params = _sampling_params(args)  # (its errors before the model loads)
+    _sampling_params(args)  # (a bad flag's error before the model loads)
     llm = LLM(**asdict(engine_config(args, str(model))))
+    params = _sampling_params(args, llm.engine.generation_defaults)
     start = time.perf_counter()
     outs = llm.generate(args.prompt, params, use_tqdm=False)
     _print_outputs(outs, time.perf_counter() - start, llm.engine.runner)
@@ -73,10 +81,11 @@ def add_generate_parser(sub) -> None:
         "model", nargs="?", help="checkpoint folder (default: the embedded tiny trained Qwen3)"
     )
     g.add_argument("--prompt", action="append", help="a prompt (repeat for a batch)")
-    g.add_argument("--max-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=-1)
+    # (unset: the model's generation_config.json, else greedy and 64 tokens: `_sampling_params`)
+    g.add_argument("--max-tokens", type=int, default=None)
+    g.add_argument("--temperature", type=float, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true")
     add_engine_args(g)
     g.add_argument("--seed", type=int, default=None, dest="sampling_seed", help="sampling seed")
