@@ -83,7 +83,7 @@ class TokenIds(tuple):
         return self._masks[key]
 
 # %% ../../nbs/engine/10_sampling_params.ipynb #9f7ed682
-@dataclass
+@dataclass(kw_only=True)  # (vLLM's fields come in another order: by name only)
 class SamplingParams:
     "How to pick tokens and when to stop (vLLM's names and defaults)."
 

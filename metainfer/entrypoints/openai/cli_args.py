@@ -90,8 +90,8 @@ def _listen_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model", nargs="?", help="checkpoint folder (default: the embedded tiny trained Qwen3)"
     )
-    p.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    p.add_argument(  # (vLLM's default: every interface, as a container needs)
+        "--host", default="0.0.0.0", help="address to listen on (127.0.0.1: this machine only)"
     )
     p.add_argument(
         "--port", type=int, default=8000, help="0: a free port chosen by the OS (printed)"
