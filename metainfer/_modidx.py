@@ -2208,4 +2208,7 @@ d = { 'settings': { 'branch': 'main',
                                        'metainfer.testing_fp8.write_channel_fp8': ( 'testing_fp8.html#write_channel_fp8',
                                                                                     'metainfer/testing_fp8.py'),
                                        'metainfer.testing_fp8.write_dequantized': ( 'testing_fp8.html#write_dequantized',
-                                                                                    'metainfer/testing_fp8.py')}}}
+                                                                                    'metainfer/testing_fp8.py')},
+            'metainfer.vllm_args': { 'metainfer.vllm_args._asks_nothing': ('vllm_args.html#_asks_nothing', 'metainfer/vllm_args.py'),
+                                     'metainfer.vllm_args.add_vllm_args': ('vllm_args.html#add_vllm_args', 'metainfer/vllm_args.py'),
+                                     'metainfer.vllm_args.check_vllm_args': ('vllm_args.html#check_vllm_args', 'metainfer/vllm_args.py')}}}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from fastcore.basics import patch
 from .hub import model_folder
+from .vllm_args import VLLM_ENGINE_ARGS, VLLM_SERVER_ARGS, check_vllm_args
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
@@ -313,6 +314,7 @@ def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argpars
 
 # %% ../nbs/01_config.ipynb #07e22c20
 def engine_config(args: argparse.Namespace, model: str, **overrides: Any) -> EngineConfig:
-    "The `EngineConfig` of parsed `add_engine_args` flags, for `model`."
+    "The `EngineConfig` of parsed `add_engine_args` flags, for `model` (vLLM's others: checked)."
+    check_vllm_args(vars(args), VLLM_ENGINE_ARGS | VLLM_SERVER_ARGS)
     given = {f.name: getattr(args, f.name) for f in fields(EngineConfig) if hasattr(args, f.name)}
     return EngineConfig(**(given | {"model": model} | overrides))

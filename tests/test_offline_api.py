@@ -237,3 +237,15 @@ def test_max_logprobs_is_the_engines(llm, checkpoints):
         vocab = big.llm_engine.model_config.vocab_size
         out = big.generate([[1, 2, 3]], greedy(max_tokens=2, logprobs=-1), use_tqdm=False)[0]
     assert [len(d) for d in out.outputs[0].logprobs] == [vocab, vocab]  # (1024 in this model)
+
+
+def test_vllm_engine_arguments_that_ask_nothing_here(checkpoints):
+    """vLLM's `LLM(...)` keywords at values that change nothing here are taken (a vLLM script runs
+    unchanged); any other value is a `ValueError` naming the argument, not a `TypeError`."""
+    ckpt = str(checkpoints("qwen3-tiny"))
+    neutral = dict(load_format="auto", pipeline_parallel_size=1, swap_space=4, task="generate")
+    with LLM(ckpt, device="cpu", num_kv_blocks=16, **neutral) as llm:
+        assert len(llm.generate("hi", SamplingParams(max_tokens=2))[0].outputs[0].token_ids) == 2
+    for kw in ({"load_format": "dummy"}, {"enable_lora": True}, {"tokenizer_mode": "mistral"}):
+        with pytest.raises(ValueError, match=f"{next(iter(kw))}="):
+            LLM(ckpt, device="cpu", **kw)

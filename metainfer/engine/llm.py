@@ -10,6 +10,7 @@ from typing import Iterator
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
+from ..vllm_args import check_vllm_args
 from ..inputs import PromptType, prompt_list
 from .sampling_params import RequestOutputKind, SamplingParams
 from .chat_template import RENDER_ARGUMENTS, chat_token_ids
@@ -52,10 +53,7 @@ class LLM:
     ):
         if kwargs.get("max_num_batched_tokens") is None:  # offline: larger steps, as vLLM's
             kwargs["max_num_batched_tokens"] = OFFLINE_TOKEN_BUDGET
-        if (mode := kwargs.pop("tokenizer_mode", "auto")) not in ("auto", "hf"):
-            raise ValueError(f"tokenizer_mode={mode!r}: only auto (the model's HF tokenizer)")
-        for name in ("disable_log_stats", "swap_space"):  # vLLM's, with no effect here
-            kwargs.pop(name, None)
+        kwargs = check_vllm_args(kwargs)  # (vLLM's that ask nothing here go; a ValueError else)
         self.engine = LLMEngine(
             EngineConfig(
                 str(model),

@@ -8,6 +8,7 @@ import argparse
 import sys
 import time
 from ..config import add_engine_args, engine_config
+from ..vllm_args import VLLM_ENGINE_ARGS, add_vllm_args
 from .openai.cli_args import StartupError, add_serve_args, check_model_folder
 from ..bench import add_bench_parsers
 
@@ -88,6 +89,7 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true")
     add_engine_args(g)
+    add_vllm_args(g, VLLM_ENGINE_ARGS)
     g.add_argument("--seed", type=int, default=None, dest="sampling_seed", help="sampling seed")
     g.set_defaults(func=generate_main)
 

@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 from ...config import add_engine_args
+from ...vllm_args import VLLM_ENGINE_ARGS, VLLM_SERVER_ARGS, add_vllm_args
 from ...hub import HF_MODEL_ID, model_folder
 from ..chat_parsing import REASONING_PARSERS, TOOL_CALL_PARSERS
 
@@ -153,10 +154,12 @@ def _behaviour_flags(p: argparse.ArgumentParser) -> None:
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #752e867b
 def add_serve_args(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    "The flags of `metainfer serve`: the model, the server's own flags, then `add_engine_args`."
+    """The flags of `metainfer serve`: the model, the server's own flags, `add_engine_args`, and
+    vLLM's flags that change nothing here (`add_vllm_args`)."""
     _listen_flags(p)
     _behaviour_flags(p)
     add_vllm_serve_args(p)
+    add_vllm_args(p, VLLM_ENGINE_ARGS | VLLM_SERVER_ARGS)
     return add_engine_args(p)
 
 # %% ../../../nbs/entrypoints/openai/16l_cli_args.ipynb #c9008603
