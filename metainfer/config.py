@@ -37,14 +37,18 @@ def model_family(architecture: str) -> str:
     return ARCHITECTURES[architecture]
 
 # %% ../nbs/01_config.ipynb #c009
-def _rope(hf: dict) -> tuple[float, dict | None]:
-    "`(rope_theta, rope_scaling)` from either the transformers 4 or 5 spelling."
+def _rope(hf: dict) -> tuple[float, dict | None, int]:
+    """`(rope_theta, rope_scaling, positions)` from either the transformers 4 or 5 spelling; under
+    YaRN, at least the original positions times the factor (vLLM's rule: Qwen's 128K)."""
     params = hf.get("rope_parameters") or {}
     theta = hf.get("rope_theta", params.get("rope_theta", 10000.0))
     scaling = hf.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"}
     if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default":
         scaling = None
-    return float(theta), scaling
+    n, kind = hf.get("max_position_embeddings", 4096), (scaling or {}).get("rope_type")
+    if (kind or (scaling or {}).get("type")) == "yarn" and scaling.get("factor"):
+        n = max(n, int(scaling.get("original_max_position_embeddings", n) * scaling["factor"]))
+    return float(theta), scaling, n
 
 # %% ../nbs/01_config.ipynb #a76abf1d
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def from_dict(cls: ModelConfig, hf: dict) -> ModelConfig:
     family = model_family(arch)
     if hf.get("use_sliding_window"):
         raise ValueError("sliding-window attention is not supported")
-    theta, scaling = _rope(hf)
+    theta, scaling, positions = _rope(hf)
     eos = hf.get("eos_token_id")
     heads = hf["num_attention_heads"]
     return cls(
@@ -95,7 +99,7 @@ def from_dict(cls: ModelConfig, hf: dict) -> ModelConfig:
         rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
         rope_theta=theta,
         rope_scaling=scaling,
-        max_position_embeddings=hf.get("max_position_embeddings", 4096),
+        max_position_embeddings=positions,
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qkv_bias=arch == "Qwen2ForCausalLM" or bool(hf.get("attention_bias", False)),
         qk_norm=arch == "Qwen3ForCausalLM",
@@ -113,9 +117,8 @@ def load_model_config(model_dir: str | Path) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(path.read_text()))
 
 # %% ../nbs/01_config.ipynb #a266e2ad
-# tokens a step computes unless told. Offline: vLLM's 16,384 (large GPUs). Served: a quarter of
-# vLLM's 8,192, since a step is the pause every stream sees while a long prompt is prefilled beside
-# it (docs/benchmarks)
+# tokens a step computes unless told. Offline: vLLM's 16,384. Served: a quarter of vLLM's 8,192, as
+# a step is the pause every stream sees while a long prompt is prefilled beside it (docs/benchmarks)
 SERVE_TOKEN_BUDGET = 2048
 OFFLINE_TOKEN_BUDGET = 16384
 
@@ -127,8 +130,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton", "varlen", "flash_attn")
 # vLLM's --dtype names -> ours
 DTYPES = {"auto": "auto", "half": "float16", "float16": "float16", "bfloat16": "bfloat16"}
 DTYPES |= {"float": "float32", "float32": "float32"}
-# vLLM's --kv-cache-dtype names: auto (the model's dtype, or FP8 for a checkpoint calibrated for
-# it), bfloat16, or FP8 e4m3 (either name)
+# vLLM's --kv-cache-dtype names: auto (the model's, or FP8 if calibrated), bfloat16, FP8 e4m3
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 # settings that count something, at least one if given
 POSITIVE_COUNTS = ("tensor_parallel_size", "block_size", "max_num_seqs", "max_num_batched_tokens")
@@ -136,8 +138,7 @@ POSITIVE_COUNTS += ("num_kv_blocks", "max_model_len")
 
 # %% ../nbs/01_config.ipynb #6020d5ff
 def arg(default: Any, help: str, **flag: Any) -> Any:
-    """A dataclass field that is also a command-line flag: `help` and argparse options (`choices`,
-    `alias`)."""
+    "A dataclass field that is also a command-line flag: `help` and argparse's `choices`, `alias`."
     return field(default=default, metadata={"help": help, **flag})
 
 # %% ../nbs/01_config.ipynb #51404af3

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 from metainfer import LLM, SamplingParams
-from metainfer.testing import hf_greedy
+from metainfer.testing import hf_greedy, write_random_checkpoint
 
 PRESETS = [
     "qwen3-tiny",
@@ -232,3 +232,18 @@ def test_penalties_bias_and_min_tokens(checkpoints, hf_models):
         adjusted = row - 0.5 * counts - 0.3 * (counts > 0)
         assert adjusted[t] >= adjusted.max() - 1e-5
     assert ids != hf_greedy(hf, prompts[3:4], 16)[0]  # (the penalties change the plain greedy path)
+
+
+def test_qwen_with_yarn_equals_hf(tmp_path, hf_models):
+    """A Qwen3 whose config asks for YaRN (Qwen's route to 128K: `factor` 4 over the original
+    positions) decodes as HF does past the original positions and past the config's own
+    `max_position_embeddings`, up to the original ones times the factor (vLLM's limit)."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    ckpt = write_random_checkpoint(
+        tmp_path, "qwen3-tiny", rope_scaling=yarn, max_position_embeddings=128
+    )
+    prompts = random_prompts(4, seed=5, lo=90, hi=150)
+    llm = LLM(ckpt, dtype="float32", device="cpu")
+    assert llm.engine.max_model_len == 256
+    outs = llm.generate(prompts, GREEDY, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == hf_greedy(hf_models(ckpt), prompts, 64)

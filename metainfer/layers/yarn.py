@@ -11,7 +11,8 @@ from ..config import ModelConfig
 from ..kernels.elementwise import RotaryEmbedding, TorchKernels, rope_inv_freq
 
 # %% auto #0
-__all__ = ['yarn_get_mscale', 'yarn_correction_dim', 'yarn_inv_freq', 'yarn_attention_factor', 'mla_softmax_scale', 'mla_rotary']
+__all__ = ['yarn_get_mscale', 'yarn_correction_dim', 'yarn_inv_freq', 'yarn_attention_factor', 'mla_softmax_scale',
+           'scaled_rotary', 'mla_rotary']
 
 # %% ../../nbs/layers/09_yarn.ipynb #1e25a66c
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -31,10 +32,15 @@ def yarn_inv_freq(
     original_max_position: int,
     beta_fast: float = 32,
     beta_slow: float = 1,
+    truncate: bool = True,  # the ramp's ends rounded out to whole pairs (HF's default)
 ) -> Tensor:
     "YaRN rotary frequencies: `base^(-2i/dim)`, divided by `factor` below a ramp, kept above it."
-    low = max(math.floor(yarn_correction_dim(beta_fast, dim, base, original_max_position)), 0)
-    high = min(math.ceil(yarn_correction_dim(beta_slow, dim, base, original_max_position)), dim - 1)
+    low, high = (
+        yarn_correction_dim(b, dim, base, original_max_position) for b in (beta_fast, beta_slow)
+    )
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     ramp = ((torch.arange(dim // 2, dtype=torch.float) - low) / max(high - low, 0.001)).clamp(0, 1)
     freq = rope_inv_freq(dim, base)
     return freq / factor * ramp + freq * (1 - ramp)
@@ -60,20 +66,28 @@ def mla_softmax_scale(qk_head_dim: int, rope_scaling: dict | None) -> float:
     return scale
 
 # %% ../../nbs/layers/09_yarn.ipynb #2df57a73
-def mla_rotary(cfg: ModelConfig, kernels: TorchKernels = TorchKernels()) -> RotaryEmbedding:
-    "Rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if configured."
-    dim, rs = cfg.hf["qk_rope_head_dim"], cfg.rope_scaling
-    is_neox = not cfg.hf.get("rope_interleave", True)
+def scaled_rotary(
+    cfg: ModelConfig, dim: int, is_neox: bool, kernels: TorchKernels = TorchKernels()
+) -> RotaryEmbedding:
+    """Rotary embedding of `dim` dims with the checkpoint's rope scaling: none, or YaRN (its
+    frequencies, its factor folded into the cos/sin cache), as Qwen's and DeepSeek's configs ask;
+    another kind of scaling is a `ValueError` that names it."""
+    rs = cfg.rope_scaling
     args = (dim, cfg.max_position_embeddings, cfg.rope_theta, is_neox)
     if rs is None:
         return RotaryEmbedding(*args, kernels=kernels)
     if rs.get("rope_type", rs.get("type")) != "yarn":
-        raise NotImplementedError(f"rope scaling {rs} for MLA")
-    orig = rs["original_max_position_embeddings"]
-    factor = rs.get("factor") or cfg.max_position_embeddings / orig
-    betas = (rs.get("beta_fast") or 32, rs.get("beta_slow") or 1)
-    rope = RotaryEmbedding(
-        *args, inv_freq=yarn_inv_freq(dim, cfg.rope_theta, factor, orig, *betas), kernels=kernels
-    )
+        raise ValueError(f"rope scaling {rs}: only YaRN (rope_type yarn) is supported")
+    orig = rs.get("original_max_position_embeddings") or cfg.hf["max_position_embeddings"]
+    factor = rs.get("factor") or cfg.hf["max_position_embeddings"] / orig
+    betas = (rs.get("beta_fast") or 32, rs.get("beta_slow") or 1, rs.get("truncate", True))
+    inv_freq = yarn_inv_freq(dim, cfg.rope_theta, factor, orig, *betas)
+    rope = RotaryEmbedding(*args, inv_freq=inv_freq, kernels=kernels)
     rope.cos_sin_cache.mul_(yarn_attention_factor(rs))
     return rope
+
+
+def mla_rotary(cfg: ModelConfig, kernels: TorchKernels = TorchKernels()) -> RotaryEmbedding:
+    "Rotary embedding of the `qk_rope_head_dim` dims, gpt-j style, with YaRN if configured."
+    interleaved = cfg.hf.get("rope_interleave", True)
+    return scaled_rotary(cfg, cfg.hf["qk_rope_head_dim"], not interleaved, kernels)

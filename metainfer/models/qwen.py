@@ -13,6 +13,7 @@ from ..kernels.elementwise import NormedInput, RMSNorm, RotaryEmbedding, TorchKe
 from ..layers.linear import QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear
 from ..layers.embedding import VocabParallelEmbedding, ParallelLMHead
 from ..layers.attention import Attention, AttentionMetadata, TorchAttention
+from ..layers.yarn import scaled_rotary
 from fastcore.basics import patch
 
 # %% auto #0
@@ -204,15 +205,7 @@ def forward(
 # %% ../../nbs/models/09_qwen.ipynb #34f690ec
 class QwenModel(DecoderModel):
     def __init__(self, cfg: ModelConfig, tp: ParallelInfo, backend: Backend):
-        if cfg.rope_scaling is not None:
-            raise NotImplementedError(f"rope scaling {cfg.rope_scaling} for Qwen")
-        rotary = RotaryEmbedding(
-            cfg.head_dim,
-            cfg.max_position_embeddings,
-            cfg.rope_theta,
-            is_neox=True,
-            kernels=backend.ops,
-        )
+        rotary = scaled_rotary(cfg, cfg.head_dim, True, backend.ops)  # (YaRN, if configured)
         layers = [QwenDecoderLayer(cfg, rotary, tp, backend) for _ in range(cfg.num_hidden_layers)]
         super().__init__(cfg, tp, backend, layers)
 
