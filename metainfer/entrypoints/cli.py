@@ -162,6 +162,10 @@ def main(argv: list[str] | None = None) -> None:
             "The path of a token through an engine",
         ]
     try:
+        if flag := getattr(args, "model_flag", None):  # (vLLM's `--model`, for the positional)
+            if args.model not in (None, flag):
+                raise StartupError(f"two models: {args.model} and --model {flag}")
+            args.model = flag
         if getattr(args, "model", None):  # an id: its snapshot's folder, served by the id (as vLLM)
             name = args.model
             args.model = check_model_folder(name, getattr(args, "revision", None))

@@ -91,6 +91,7 @@ def _listen_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model", nargs="?", help="checkpoint folder (default: the embedded tiny trained Qwen3)"
     )
+    p.add_argument("--model", dest="model_flag", help="the model, as vLLM's --model spells it")
     p.add_argument(  # (vLLM's default: every interface, as a container needs)
         "--host", default="0.0.0.0", help="address to listen on (127.0.0.1: this machine only)"
     )

@@ -4,6 +4,7 @@
 
 # %% ../../../nbs/entrypoints/openai/16k_serving_status.ipynb #2460fa2e
 from __future__ import annotations
+import time
 from fastapi import Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -43,7 +44,7 @@ def model_card(st, name: str) -> dict:
     return {
         "id": name,
         "object": "model",
-        "created": 0,
+        "created": int(time.time()),  # (as vLLM's cards: when asked)
         "owned_by": "metainfer",
         "root": st.engine.engine.config.model,
         "max_model_len": st.engine.max_model_len,
