@@ -493,6 +493,17 @@ def test_responses_api_second_turn_and_limits(served, client):
             client.responses.create(model="tiny", input="Hi", **{field: value})
     with pytest.raises(openai.BadRequestError, match="tool_choice needs tools"):
         client.responses.create(model="tiny", input="Hi", tool_choice="required")
+    # errors name the field as this API spells it (the chat's names underneath)
+    for kw, param in [
+        ({"max_output_tokens": 10_000}, "max_output_tokens"),
+        ({"input": []}, "input"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.responses.create(model="tiny", **{"input": "Hi"} | kw)
+        assert e.value.param == param
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=ASK, max_completion_tokens=10_000)
+    assert e.value.param == "max_completion_tokens"
 
 
 def test_responses_usage_counts_cached_and_reasoning_tokens(served, client):

@@ -201,7 +201,7 @@ def _room(req: SamplingRequest, prompt_len: int, max_model_len: int, chat: bool)
             f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the prompt, "
             f"{max_tokens} for the completion)",
             code="context_length_exceeded",
-            param="max_tokens",
+            param="max_completion_tokens" if chat and req.max_completion_tokens else "max_tokens",
         )
     return room, max_tokens
 

@@ -296,9 +296,15 @@ async def response_events(
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #ee4e7d42
 async def responses(request: Request):
     st, req = await read_request(request, ResponsesRequest)
-    model, choices, rid = await add_choices(
-        st, chat_request(req), chat_prompt, "resp", output_parser
-    )
+    try:
+        model, choices, rid = await add_choices(
+            st, chat_request(req), chat_prompt, "resp", output_parser
+        )
+    except OpenAIError as e:  # (the chat's field names, as this API spells them)
+        e.param = {"max_completion_tokens": "max_output_tokens", "messages": "input"}.get(
+            e.param, e.param
+        )
+        raise
     rid = rid.replace("resp-", "resp_", 1)  # (OpenAI's spelling)
     think = think_token_ids(st.tokenizer) if st.reasoning_parser else None
     if req.stream:
