@@ -206,8 +206,11 @@ def generate(
     use_tqdm: bool = True,
     lora_request=None,  # (vLLM's: no adapters here; only None)
     priority: list[int] | None = None,  # (vLLM's: first come, first served here; only zeros)
+    tokenization_kwargs: dict | None = None,  # (vLLM's: the prompt as the tokenizer gives it)
 ) -> list[RequestOutput]:
     "Complete every prompt (`n` times, with `SamplingParams(n=...)`); outputs in prompt order."
+    if tokenization_kwargs:
+        raise ValueError("tokenization_kwargs are not supported (truncate_prompt_tokens cuts)")
     if lora_request is not None:
         raise ValueError("LoRA adapters are not supported")
     if any(priority or ()):
