@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 # %% auto #0
-__all__ = ['ANY', 'VLLM_ENGINE_ARGS', 'VLLM_SERVER_ARGS', 'check_vllm_args', 'add_vllm_args']
+__all__ = ['ANY', 'VLLM_ENGINE_ARGS', 'VLLM_SWITCHES', 'VLLM_SERVER_ARGS', 'check_vllm_args', 'add_vllm_args']
 
 # %% ../nbs/01b_vllm_args.ipynb #d92ac134
 ANY = None  # (in a table: any value changes nothing here)
@@ -41,6 +41,15 @@ VLLM_ENGINE_ARGS: dict[str, tuple | None] = {
     "calculate_kv_scales": (False,),
     "disable_sliding_window": (False,),
 }
+# those of them that are on/off switches (`--enable-lora`, `--no-enable-lora`), the server's too
+VLLM_SWITCHES = {
+    "skip_tokenizer_init",
+    "enable_expert_parallel",
+    "enable_lora",
+    "disable_log_stats",
+}
+VLLM_SWITCHES |= {"disable_async_output_proc", "calculate_kv_scales", "disable_sliding_window"}
+VLLM_SWITCHES |= {"disable_fastapi_docs", "disable_uvicorn_access_log", "enable_request_id_headers"}
 # `vllm serve`'s own flags, the same way
 VLLM_SERVER_ARGS: dict[str, tuple | None] = {
     "response_role": ("assistant",),
@@ -73,14 +82,15 @@ def check_vllm_args(
 
 # %% ../nbs/01b_vllm_args.ipynb #ee5ea774
 def add_vllm_args(parser: argparse.ArgumentParser, table: dict[str, tuple | None]) -> None:
-    """A flag for each argument of `table` (`--load-format auto`; alone, as `--disable-log-stats`,
-    it is `True`), unset by default: `check_vllm_args` on what was given checks them."""
+    """A flag for each argument of `table` (`--load-format auto`; a switch, `VLLM_SWITCHES`, as
+    `--disable-log-stats` or `--no-enable-lora`), unset by default: `check_vllm_args` on what was
+    given checks them."""
     for name, neutral in table.items():
         values = "any value" if neutral is ANY else ", ".join(map(str, neutral))
+        switch = {"action": argparse.BooleanOptionalAction} if name in VLLM_SWITCHES else {}
         parser.add_argument(
             f"--{name.replace('_', '-')}",
-            nargs="?",
-            const=True,
+            **switch,
             default=argparse.SUPPRESS,  # (unset: not in the namespace at all)
             help=f"vLLM's; taken here only as {values} (no effect)",
         )

@@ -227,7 +227,9 @@ async def final_outputs(choices: list[Choice], request: Request) -> list[Request
         await asyncio.wait({done, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        done.cancel()  # (cancels the choices' tasks too; nothing, for those that finished)
+        done.cancel()  # (and each task: a gather that one task's error ended cancels no other)
+        for t in tasks:
+            t.cancel()
         # read: a gather left so is no error
         done.add_done_callback(lambda f: f.cancelled() or f.exception())
         abort_all(choices)
