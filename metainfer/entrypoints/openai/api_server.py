@@ -113,7 +113,7 @@ def _check_reasoning_parser(name: str | None) -> None:
 def build_app(
     engine: AsyncLLMEngine,  # the engine thread to serve
     served_model_names: list[str] | None = None,  # names clients may ask for (default: the model)
-    api_key: str | None = None,  # if set, /v1 routes need `Authorization: Bearer <key>`
+    api_key: str | list[str] | None = None,  # if set, /v1 routes need `Bearer <key>` (one of them)
     max_body_bytes: int = 16 * 2**20,  # larger request bodies get a 413
     reasoning_parser: str | None = None,  # qwen3 or deepseek_r1: chats get `reasoning`
     tool_call_parser: str = "hermes",  # vLLM's name of the model's tool-call format
@@ -196,7 +196,7 @@ def engine_server(config, engine: AsyncLLMEngine, shutdown_timeout: float = 30):
     return EngineServer(config)
 
 # %% ../../../nbs/entrypoints/openai/17_api_server.ipynb #0d0965f4
-def _api_key(args) -> str | None:
+def _api_key(args) -> list[str] | str | None:
     "`--api-key`, else `METAINFER_API_KEY` or `VLLM_API_KEY`, else none."
     env = os.environ
     return args.api_key or env.get("METAINFER_API_KEY") or env.get("VLLM_API_KEY") or None

@@ -100,6 +100,7 @@ def _listen_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--api-key",
+        nargs="+",
         default=None,
         help="require 'Authorization: Bearer KEY' (default: $METAINFER_API_KEY or $VLLM_API_KEY)",
     )

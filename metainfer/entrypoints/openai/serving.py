@@ -45,7 +45,7 @@ class ServerState:
     engine: AsyncLLMEngine
     tokenizer: Any
     model_names: list[str]
-    api_key: str | None = None
+    api_key: str | list[str] | None = None  # (several: any of them, as vLLM's --api-key)
     max_body_bytes: int = 16 * 2**20
     reasoning_parser: str | None = None  # one of `REASONING_PARSERS`: chats get `reasoning`
     trust_request_chat_template: bool = False  # vLLM's flag: may a request bring its own template?
@@ -80,14 +80,14 @@ def server_state(request: Request) -> ServerState:
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #41b95ac8
 def check_api_key(request: Request) -> None:
-    "A 401 unless the request carries `Authorization: Bearer <key>` (when the server has a key)."
-    key = server_state(request).api_key
-    if key is None:
+    "A 401 unless the request carries `Authorization: Bearer <key>` with a server key (if any)."
+    keys = server_state(request).api_key
+    if keys is None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(
-        token.strip().encode(), key.encode()
-    ):
+    sent = token.strip().encode()
+    keys = [k.encode() for k in ([keys] if isinstance(keys, str) else keys)]  # (one or several)
+    if scheme.lower() != "bearer" or not any(secrets.compare_digest(sent, k) for k in keys):
         raise OpenAIError(
             "invalid or missing API key: send 'Authorization: Bearer <key>'",
             401,
