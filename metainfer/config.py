@@ -43,12 +43,11 @@ def _rope(hf: dict) -> tuple[float, dict | None, int]:
     params = hf.get("rope_parameters") or {}
     theta = hf.get("rope_theta", params.get("rope_theta", 10000.0))
     scaling = hf.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"}
-    if not scaling or scaling.get("rope_type", scaling.get("type", "default")) == "default":
-        scaling = None
-    n, kind = hf.get("max_position_embeddings", 4096), (scaling or {}).get("rope_type")
-    if (kind or (scaling or {}).get("type")) == "yarn" and scaling.get("factor"):
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    n = hf.get("max_position_embeddings", 4096)
+    if kind == "yarn" and scaling.get("factor"):
         n = max(n, int(scaling.get("original_max_position_embeddings", n) * scaling["factor"]))
-    return float(theta), scaling, n
+    return float(theta), None if kind == "default" else scaling, n
 
 # %% ../nbs/01_config.ipynb #a76abf1d
 @dataclass(frozen=True)
