@@ -2213,4 +2213,5 @@ d = { 'settings': { 'branch': 'main',
                                                                                     'metainfer/testing_fp8.py')},
             'metainfer.vllm_args': { 'metainfer.vllm_args._asks_nothing': ('vllm_args.html#_asks_nothing', 'metainfer/vllm_args.py'),
                                      'metainfer.vllm_args.add_vllm_args': ('vllm_args.html#add_vllm_args', 'metainfer/vllm_args.py'),
-                                     'metainfer.vllm_args.check_vllm_args': ('vllm_args.html#check_vllm_args', 'metainfer/vllm_args.py')}}}
+                                     'metainfer.vllm_args.check_vllm_args': ('vllm_args.html#check_vllm_args', 'metainfer/vllm_args.py'),
+                                     'metainfer.vllm_args.human_int': ('vllm_args.html#human_int', 'metainfer/vllm_args.py')}}}

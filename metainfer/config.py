@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from fastcore.basics import patch
 from .hub import model_folder
-from .vllm_args import VLLM_ENGINE_ARGS, VLLM_SERVER_ARGS, check_vllm_args
+from .vllm_args import VLLM_ENGINE_ARGS, VLLM_SERVER_ARGS, check_vllm_args, human_int
 
 # %% auto #0
 __all__ = ['ARCHITECTURES', 'SERVE_TOKEN_BUDGET', 'OFFLINE_TOKEN_BUDGET', 'KERNEL_BACKENDS', 'ATTENTION_BACKENDS', 'DTYPES',
@@ -291,9 +291,10 @@ def token_budget(config: EngineConfig, max_model_len: int) -> int:
     return budget if config.enable_chunked_prefill else max(budget, max_model_len)
 
 # %% ../nbs/01_config.ipynb #cb66fbef
-def _flag_type(annotation: str) -> type:
-    "The argparse type of a field annotated `annotation` (a string: annotations are postponed)."
-    return next(t for t in (bool, int, float, str) if t.__name__ in annotation)
+def _flag_type(annotation: str) -> Any:
+    "The argparse type of a field annotated `annotation` (a string); integers read by `human_int`."
+    kind = next(t for t in (bool, int, float, str) if t.__name__ in annotation)
+    return human_int if kind is int else kind
 
 # %% ../nbs/01_config.ipynb #3997bea1
 def add_engine_args(parser: argparse.ArgumentParser, **defaults: Any) -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 # %% auto #0
-__all__ = ['ANY', 'VLLM_ENGINE_ARGS', 'VLLM_SWITCHES', 'VLLM_SERVER_ARGS', 'check_vllm_args', 'add_vllm_args']
+__all__ = ['ANY', 'VLLM_ENGINE_ARGS', 'VLLM_SWITCHES', 'VLLM_SERVER_ARGS', 'check_vllm_args', 'add_vllm_args', 'human_int']
 
 # %% ../nbs/01b_vllm_args.ipynb #d92ac134
 ANY = None  # (in a table: any value changes nothing here)
@@ -94,3 +94,23 @@ def add_vllm_args(parser: argparse.ArgumentParser, table: dict[str, tuple | None
             default=argparse.SUPPRESS,  # (unset: not in the namespace at all)
             help=f"vLLM's; taken here only as {values} (no effect)",
         )
+
+# %% ../nbs/01b_vllm_args.ipynb #fbcd6b51
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(text: str) -> int:
+    """The integer `text` writes: digits, or with a suffix, `k`/`m`/`g`/`t` decimal (`25.6k` is
+    25,600) or `K`/`M`/`G`/`T` binary after a whole number (`32K` is 32,768), as vLLM's flags."""
+    value = str(text).strip()
+    number, suffix = (value[:-1], value[-1]) if value[-1:].isalpha() else (value, "")
+    try:
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if suffix in _BINARY or not suffix:
+            return int(number) * _BINARY.get(suffix, 1)
+    except ValueError:
+        pass
+    hint = f" (a binary {suffix} takes a whole number)" if suffix in _BINARY else ""
+    raise argparse.ArgumentTypeError(f"not an integer: {text!r}{hint}")
