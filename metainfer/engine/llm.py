@@ -5,8 +5,9 @@
 # %% ../../nbs/engine/14a_llm.ipynb #564b294c
 from __future__ import annotations
 from dataclasses import replace
+from functools import partial
 from itertools import count
-from typing import Iterator
+from typing import Callable, Iterator
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from ..config import EngineConfig, OFFLINE_TOKEN_BUDGET
@@ -203,7 +204,7 @@ def generate(
     self: LLM,
     prompts: PromptType | list[PromptType],  # text, token ids, `TextPrompt`s, `TokensPrompt`s
     sampling_params=None,  # one for all, or one per prompt (a list or tuple)
-    use_tqdm: bool = True,
+    use_tqdm: bool | Callable = True,  # a progress bar; or what makes one, as `tqdm` (vLLM's)
     lora_request=None,  # (vLLM's: no adapters here; only None)
     priority: list[int] | None = None,  # (vLLM's: first come, first served here; only zeros)
     tokenization_kwargs: dict | None = None,  # (vLLM's: the prompt as the tokenizer gives it)
@@ -219,7 +220,8 @@ def generate(
     done: dict[str, RequestOutput] = {}  # (one each, with its `n` completions)
     pending = set(ids)
     try:
-        with tqdm(total=len(ids), desc="generating", disable=not use_tqdm) as bar:
+        bar_of = use_tqdm if callable(use_tqdm) else partial(tqdm, disable=not use_tqdm)
+        with bar_of(total=len(ids), desc="generating") as bar:
             while self._unfinished(pending):
                 for out in self._step(pending):
                     if out.finished:
@@ -242,7 +244,7 @@ def chat(
     self: LLM,
     messages: list[dict] | list[list[dict]],
     sampling_params=None,
-    use_tqdm: bool = True,
+    use_tqdm: bool | Callable = True,
     tools: list[dict] | None = None,
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
