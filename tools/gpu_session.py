@@ -6,7 +6,7 @@ latency-peers, latency-eager, throughput, graphs-identity, pdl-modes, tp2-eager,
 allreduce, serve, deepseek, deepseek-latency, deepseek-throughput, deepseek-agreement, deepseek-tp2,
 deepseek-tp2-latency, agreement-b16, latency-ab, throughput-ab, eager-ab, tp2-latency-ab,
 deepseek-tp2-latency-ab, structured; on 4 GPUs (issue 7) tp4, tp4-eager, deepseek-tp4,
-deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); fp8-qwen,
+deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); contradictions; fp8-qwen,
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
@@ -717,6 +717,13 @@ def greedy_alongside(model: Path, name: str, flags: str = "") -> str:
         f"{PY} -m metainfer bench greedy {model} {flags} --num-kv-blocks 2048 --name {name} "
         f"--out {RES.resolve()} > {RES}/{name}.log 2>&1"
     )
+
+
+def stage_contradictions():
+    """Contradictory constraints end with finish reason "error", their neighbours untouched, with
+    graphs and eagerly (tools/contradiction_check.py on the embedded tiny Qwen3, bf16)."""
+    model = Path("metainfer/assets/models") / TRAINED[0]
+    summary.append(f"contradictions: rc {sh(f'{PY} tools/contradiction_check.py {model}', 200)}")
 
 
 def stage_greedy_control():
