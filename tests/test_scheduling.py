@@ -320,3 +320,37 @@ def test_penalties_when_requests_join_mid_decode(checkpoints):
         if not engine.has_unfinished_requests():
             break
     assert [done["a"], done["b"]] == alone
+
+
+def test_generated_blocks_join_the_prefix_cache_when_steps_mask_tokens(checkpoints):
+    """A completion's full blocks are cached for a later prompt that repeats it, also when its
+    steps mask tokens (bad words: the step in flight is read back before the next one samples, so
+    a block's last token is known only after that step was scheduled)."""
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu", block_size=16)
+    prompt = list(range(100, 140))
+    for extra in ({}, {"bad_words": ["zzzqqq"]}):
+        llm.reset_prefix_cache()
+        params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True, **extra)
+        out = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+        again = llm.generate([prompt + out.token_ids], SamplingParams(max_tokens=1), use_tqdm=False)
+        assert again[0].num_cached_tokens == 96, extra  # every full block but the last token's
+
+
+def test_abort_reads_back_the_step_in_flight(checkpoints):
+    """Aborting the last request reads back its launched step at once: nothing is left in flight,
+    so idle time afterwards never counts as a step's."""
+    import time
+
+    engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
+    engine.add_request("a", random_prompts(1, seed=7)[0], GREEDY)
+    for _ in range(4):
+        engine.step()
+    assert engine.in_flight is not None
+    engine.abort_request("a")
+    assert engine.in_flight is None and not engine.has_unfinished_requests()
+    time.sleep(0.5)
+    before = engine.stats["step_s"]
+    engine.add_request("b", random_prompts(1, seed=7)[0], SamplingParams(max_tokens=2))
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.stats["step_s"] - before < 0.4

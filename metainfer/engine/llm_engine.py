@@ -160,7 +160,7 @@ def _admit(self: LLMEngine, prompt: PromptType, params: SamplingParams):
 @patch
 def abort_request(self: LLMEngine, request_id: str | list[str]) -> None:
     """Stop a request (or several: vLLM's engine takes a list) now and free its KV blocks; unknown
-    or finished ids are ignored."""
+    or finished ids are ignored. A step in flight that only aborted ones were in is read back."""
     ids = [request_id] if isinstance(request_id, str) else request_id
     for rid in (m for i in ids for m in self.groups.forget(i)):  # (all of a request's n)
         req = self.requests.pop(rid, None)
@@ -169,6 +169,9 @@ def abort_request(self: LLMEngine, request_id: str | list[str]) -> None:
         del self._by_seq[req.seq.seq_id]
         if not req.seq.is_finished:
             self.scheduler.finish(req.seq, "abort")
+    if self.in_flight is not None and not self.scheduler.has_unfinished():
+        done, self.in_flight = self.in_flight, None
+        self._read_back(done)  # (now, or idle time would count as that step's)
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #73e7189a
 @patch

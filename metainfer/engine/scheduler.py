@@ -189,14 +189,17 @@ def schedule(self: Scheduler) -> ScheduledBatch | None:
 # %% ../../nbs/engine/11_scheduler.ipynb #b62f20f7
 @patch
 def launched(self: Scheduler, batch: ScheduledBatch) -> None:
-    """The batch's step is on its way: each sequence's tokens count as computed, and each sampling
-    one holds the place of the token it will produce."""
+    """The batch's step is on its way: each sequence's tokens count as computed (a block they fill
+    with known tokens joins the prefix cache), and each sampling one holds the place of the token it
+    will produce."""
     for seq, start, n in zip(batch.seqs, batch.starts, batch.query_lens):
         if seq.is_finished:  # (read back as it was forwarded: `LLMEngine.step`)
             continue
-        seq.num_computed_tokens = start + n
-        if start + n >= seq.num_prompt_tokens:  # (a recomputation needs no prompt logprobs again)
+        seq.num_computed_tokens = end = start + n
+        if end >= seq.num_prompt_tokens:  # (a recomputation needs no prompt logprobs again)
             seq.prompt_logprobs_due = False
+        if end % self.bm.block_size == 0 and seq.num_known >= end:  # (scheduled while pending)
+            self.bm.cache_computed(seq, end - 1, end)
     for seq in batch.sampling:
         if not seq.is_finished:
             seq.append_pending()
