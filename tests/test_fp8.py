@@ -3,6 +3,7 @@
 tokens equal HF transformers on the weights dequantized by those libraries (fp32, 64 tokens, 16
 held-out prompts), TP=2 over gloo equals TP=1, and a shard that would split a block is refused."""
 
+import json
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -62,6 +63,17 @@ def test_a_shard_splitting_a_block_is_refused(checkpoints):
     fp8, _ = checkpoints["qwen3", "block"]  # o_proj: 384 columns, 192 a rank, blocks of 128
     with pytest.raises(Exception, match="split a 128-column FP8 block"):
         LLM(fp8, dtype="float32", device="cpu", tensor_parallel_size=2)
+
+
+def test_scales_not_matching_the_configured_blocks_are_refused(tmp_path):
+    """Scales written per 64-row blocks under a config that says 128: refused, naming the tensor
+    (expanded as 128-row blocks they would scale the wrong rows, silently)."""
+    fp8 = write_block_fp8(trained_model_dir(), tmp_path / "fine", (64, 128))
+    config = json.loads((fp8 / "config.json").read_text())
+    config["quantization_config"]["weight_block_size"] = [128, 128]
+    (fp8 / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"weight_scale_inv is .* in 128 x 128 blocks"):
+        LLM(fp8, dtype="float32", device="cpu")
 
 
 def test_online_fp8_matches_compressed_tensors(checkpoints):

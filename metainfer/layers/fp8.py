@@ -4,6 +4,7 @@
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8001
 from __future__ import annotations
+import json
 from dataclasses import dataclass
 from functools import cached_property
 import torch
@@ -92,7 +93,8 @@ class Fp8Scheme:
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8021
 def _block_fp8(qc: dict) -> Fp8Scheme:
-    if qc.get("fmt", "e4m3") != "e4m3" or qc.get("activation_scheme", "dynamic") != "dynamic":
+    activations = str(qc.get("activation_scheme", "dynamic")).lower()  # (as transformers reads it)
+    if qc.get("fmt", "e4m3") != "e4m3" or activations != "dynamic":
         raise ValueError(f"FP8 checkpoints are read as e4m3 with dynamic activations, not {qc}")
     if not (block := qc.get("weight_block_size")):
         raise ValueError("per-tensor FP8 checkpoints (no weight_block_size) are not supported")
@@ -103,12 +105,13 @@ def _compressed_tensors(qc: dict) -> Fp8Scheme | None:
     groups = list((qc.get("config_groups") or {}).values())
     if not groups:  # a KV-cache scheme alone (the kv_scales page): the weights are dense
         return None
-    if qc.get("format") != "float-quantized" or len({str(g.get("weights")) for g in groups}) != 1:
+    weights = {json.dumps(g.get("weights"), sort_keys=True) for g in groups}  # (any key order)
+    if qc.get("format") != "float-quantized" or len(weights) != 1:
         raise ValueError(f"compressed-tensors: one float-quantized FP8 scheme is read, not {qc}")
-    w, act = groups[0]["weights"], groups[0].get("input_activations")
+    w = groups[0]["weights"]
     if (w.get("num_bits"), w.get("type"), w.get("symmetric", True)) != (8, "float", True):
         raise ValueError(f"compressed-tensors weights must be symmetric 8-bit floats: {w}")
-    if act is not None and not act.get("dynamic"):
+    if any((a := g.get("input_activations")) is not None and not a.get("dynamic") for g in groups):
         raise ValueError("compressed-tensors with static activation scales is not supported")
     if w.get("strategy") == "channel":
         return Fp8Scheme("compressed-tensors", 1, None)

@@ -127,12 +127,16 @@ def load_tensor(params: dict, target: str, args: tuple, ckpt: Checkpoint, name: 
     else:
         if scheme is None:
             raise ValueError(f"{name} is FP8, but config.json has no quantization_config")
-        N, K = shape_of(w)[-2:]
-        scale = expand_scale(ckpt.slice(scale_name)[:], scheme.rows, N)
-        if param.dtype != FP8:  # kept dense: dequantized here, once
-            return load(
-                param, dequantize_fp8(w[:], scale, scheme.local_group(K), param.dtype), *args
+        *lead, N, K = shape_of(w)
+        scale, group = ckpt.slice(scale_name)[:], scheme.local_group(K)
+        if tuple(scale.shape) != (grid := (*lead, -(-N // scheme.rows), -(-K // group))):
+            raise ValueError(
+                f"{scale_name} is {tuple(scale.shape)}: {name} {(*lead, N, K)} in "
+                f"{scheme.rows} x {group} blocks (quantization_config) needs {grid}"
             )
+        scale = expand_scale(scale, scheme.rows, N)
+        if param.dtype != FP8:  # kept dense: dequantized here, once
+            return load(param, dequantize_fp8(w[:], scale, group, param.dtype), *args)
     load(param, w, *args)
     params[target + "_scale"].weight_loader(params[target + "_scale"], scale, *args)
 
