@@ -122,8 +122,9 @@ def _compressed_tensors(qc: dict) -> Fp8Scheme | None:
 # %% ../../nbs/layers/05a_fp8.ipynb #f8023
 def fp8_scheme(hf: dict, quantization: str | None = None) -> Fp8Scheme | None:
     """The FP8 scheme of a checkpoint's `config.json` (`hf`), or `quantization="fp8"` on a dense
-    checkpoint (per channel, quantized at load); `None`: no quantization."""
-    qc = hf.get("quantization_config")
+    checkpoint (per channel, quantized at load); `None`: no quantization. Older compressed-tensors
+    checkpoints call their config `compression_config` (vLLM reads both)."""
+    qc = hf.get("quantization_config") or hf.get("compression_config")
     if qc is None:
         if quantization not in (None, "fp8"):
             raise ValueError(f"unknown quantization {quantization!r}: fp8 is the one supported")

@@ -22,7 +22,8 @@ def checkpoint_kv_cache_dtype(hf: dict) -> str | None:
     """The KV cache a checkpoint's `config.json` (`hf`) was calibrated for: `"fp8"` where its
     `quantization_config` has a `kv_cache_scheme` (llm-compressor's), else `None`. A scheme that
     can't be run (scales per head, an integer cache, scales computed while running) is an error."""
-    scheme = (hf.get("quantization_config") or {}).get("kv_cache_scheme")
+    config = hf.get("quantization_config") or hf.get("compression_config") or {}  # (as fp8_scheme)
+    scheme = config.get("kv_cache_scheme")
     if scheme is None:
         return None
     kind = (scheme.get("type"), scheme.get("num_bits"), scheme.get("symmetric", True))
