@@ -15,9 +15,9 @@ from ..config import add_engine_args, engine_config
 from .common import Card
 
 # %% auto #0
-__all__ = ['add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment', 'source_version',
-           'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars', 'summary_line',
-           'print_summary']
+__all__ = ['SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment',
+           'source_version', 'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars',
+           'summary_line', 'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #47e8983b
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -49,13 +49,33 @@ def start_engine(args: argparse.Namespace):
     return LLM(**asdict(engine_config(args, args.model)))
 
 # %% ../../nbs/bench/18aa_results.ipynb #2fd34b44
+SECRET_FLAGS = ("--api-key", "--hf-token")  # their values never reach a result file
+
+
+def _redacted(argv: list[str]) -> list[str]:
+    "`argv` with the values of `SECRET_FLAGS` (`--api-key K1 K2`, `--api-key=K`) as `***`."
+    out, in_secret = [], False
+    for a in argv:
+        flag, eq, _ = a.partition("=")
+        if flag in SECRET_FLAGS:
+            out.append(f"{flag}=***" if eq else a)
+            in_secret = not eq
+        elif in_secret and not a.startswith("-"):
+            out.append("***")
+        else:
+            out.append(a)
+            in_secret = False
+    return out
+
+
 def bench_command(args: argparse.Namespace, mode: str) -> str:
-    "A result's command: the CLI's `argv`, else this process's, else `metainfer bench MODE`."
+    """A result's command, secrets redacted: the CLI's `argv`, else this process's, else `metainfer
+    bench MODE`."""
     argv = getattr(args, "argv", None)
     if argv:
-        return "metainfer " + shlex.join(argv)
+        return "metainfer " + shlex.join(_redacted(argv))
     if sys.argv[1:2] == ["bench"]:
-        return " ".join(["metainfer", "bench", *sys.argv[2:]])
+        return " ".join(["metainfer", "bench", *_redacted(sys.argv[2:])])
     return f"metainfer bench {mode}"
 
 # %% ../../nbs/bench/18aa_results.ipynb #eb87e3aa
