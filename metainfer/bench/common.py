@@ -49,9 +49,9 @@ def gemm_flops(device, n: int = 8192, dtype: str = "bfloat16", iters: int = 10) 
     return 2 * n**3 / time_cuda(lambda: a @ b, iters)
 
 # %% ../../nbs/bench/18a_common.ipynb #1d7b41ee
-def _param_bytes(params) -> int:
-    "Bytes of the tensors `params`."
-    return sum(p.numel() * p.element_size() for p in params)
+def _param_bytes(params, elements: bool = False) -> int:
+    "Bytes of the tensors `params` (`elements`: their elements instead)."
+    return sum(p.numel() * (1 if elements else p.element_size()) for p in params)
 
 # %% ../../nbs/bench/18a_common.ipynb #df6eb581
 def streamed_weight_bytes(
@@ -59,15 +59,16 @@ def streamed_weight_bytes(
     tied: bool,  # tied embeddings: the head reads the table
     batch: int = 1,  # tokens in the step
     experts_per_token: float = 1.0,  # MoE: top-k / routed experts
+    elements: bool = False,  # count the weights' elements (parameters) instead of their bytes
 ) -> int:
     "Weight bytes a decode step of `batch` tokens reads, per rank (a MoE: the experts it picks)."
     from metainfer.layers.moe import FusedMoE
 
-    total = _param_bytes(model.parameters())
+    total = _param_bytes(model.parameters(), elements)
     if not tied:
-        total -= _param_bytes([model.model.embed_tokens.weight])
+        total -= _param_bytes([model.model.embed_tokens.weight], elements)
     modules = (m for m in model.modules() if isinstance(m, FusedMoE))
-    experts = _param_bytes(p for m in modules for p in m.parameters())
+    experts = _param_bytes((p for m in modules for p in m.parameters()), elements)
     return round(total - experts * (1 - experts_per_token) ** batch)
 
 # %% ../../nbs/bench/18a_common.ipynb #e6907b9f
@@ -95,10 +96,13 @@ def throughput_bound(
     allows."""
     prefill_s = 2 * params * sum(input_lens) / flops
     queue = sorted(range(len(input_lens)), key=lambda i: output_lens[i])  # pops the longest
-    decode_s, live = 0.0, {}  # sequence -> tokens it has made
+    decode_s, live = 0.0, {}  # sequence -> tokens it has made (its prefill made the first)
     while queue or live:
         while queue and len(live) < max_batch:
-            live[queue.pop()] = 0
+            if output_lens[i := queue.pop()] > 1:
+                live[i] = 1
+        if not live:  # (only one-token outputs left: their prefills made them)
+            continue
         kv = sum(input_lens[i] + t for i, t in live.items())
         read_s = weight_bytes(len(live)) / bandwidth
         gemm_s = max(read_s, 2 * params * len(live) / flops)  # memory- or compute-bound
@@ -146,6 +150,8 @@ class Card:
     full: int  # every weight byte a step can read (per rank)
     k_of_e: float  # MoE: experts per token / routed experts (0: a dense model)
     kv_per_token: int  # KV-cache bytes per token (per rank)
+    dense_params: int  # `dense`'s parameters (FP8 weights: a byte each; bf16: two)
+    full_params: int  # `full`'s
 
 # %% ../../nbs/bench/18a_common.ipynb #36ada189
 @patch
@@ -155,9 +161,9 @@ def weights_at(self: Card, batch: int) -> int:
 
 # %% ../../nbs/bench/18a_common.ipynb #b4126bc0
 @patch
-def params_per_token(self: Card, itemsize: int) -> int:
+def params_per_token(self: Card) -> int:
     "Parameters in a token's matrix products: the streamed weights, its `k` experts only."
-    return round((self.dense + (self.full - self.dense) * self.k_of_e) / itemsize)
+    return round(self.dense_params + (self.full_params - self.dense_params) * self.k_of_e)
 
 # %% ../../nbs/bench/18a_common.ipynb #5d148ae7
 def measure_card(llm) -> Card:
@@ -167,6 +173,10 @@ def measure_card(llm) -> Card:
     experts = cfg.hf.get("n_routed_experts")
     k_of_e = cfg.hf["num_experts_per_tok"] / experts if experts else 0.0
     tied = cfg.tie_word_embeddings
-    dense, full = (streamed_weight_bytes(runner.model, tied, 1, f) for f in (0.0, 1.0))
+    dense, full, dense_params, full_params = (
+        streamed_weight_bytes(runner.model, tied, 1, f, elements)
+        for elements in (False, True)
+        for f in (0.0, 1.0)
+    )
     kv_per_token = runner.kv_pool_bytes // (runner.num_kv_blocks * runner.block_size)
-    return Card(bw, dense, full, k_of_e, kv_per_token)
+    return Card(bw, dense, full, k_of_e, kv_per_token, dense_params, full_params)

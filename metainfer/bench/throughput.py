@@ -101,9 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 # %% ../../nbs/bench/18e_throughput.ipynb #740725b4
-def _roofline(card, m: dict, flops: float, itemsize: int, max_num_seqs: int) -> dict:
+def _roofline(card, m: dict, flops: float, max_num_seqs: int) -> dict:
     "`throughput_bound` of the run `m` on `card` at `flops`, `max_num_seqs` at a time."
-    params = card.params_per_token(itemsize)
+    params = card.params_per_token()
     return throughput_bound(
         m["input_lens"],
         m["output_lens"],
@@ -130,7 +130,7 @@ def measure(args: argparse.Namespace) -> dict:
     if card.bandwidth:
         flops = gemm_flops(runner.device)
         res["hardware"]["gemm_flops"] = flops
-        res["roofline"] = _roofline(card, m, flops, runner.dtype.itemsize, args.max_num_seqs)
+        res["roofline"] = _roofline(card, m, flops, args.max_num_seqs)
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement
     llm.shutdown()
     return res
