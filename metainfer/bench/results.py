@@ -136,8 +136,9 @@ def _model_record(cfg, model_dir: str, params: int) -> dict:
     }
 
 # %% ../../nbs/bench/18aa_results.ipynb #d4231a9d
-def _engine_record(runner, tp: int, card: Card) -> dict:
-    "The engine's part of a record: as it was built."
+def _engine_record(runner, tp: int, card: Card, config) -> dict:
+    "The engine's part of a record: as it was built, and the `EngineConfig` it was built from."
+    plain = lambda v: v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
     return {
         "tensor_parallel_size": tp,
         "dtype": str(runner.dtype),
@@ -146,6 +147,7 @@ def _engine_record(runner, tp: int, card: Card) -> dict:
         "kv_blocks": runner.num_kv_blocks,
         "kv_cache_dtype": str(runner.kv_dtype),
         "kv_bytes_per_token": card.kv_per_token,
+        "settings": {k: plain(v) for k, v in asdict(config).items()},
     }
 
 # %% ../../nbs/bench/18aa_results.ipynb #ed7f024e
@@ -158,7 +160,7 @@ def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int)
         "mode": mode,
         "command": bench_command(args, mode),
         "model": _model_record(cfg, args.model, params),
-        "engine": _engine_record(runner, tp, card),
+        "engine": _engine_record(runner, tp, card, llm.engine.config),
         "hardware": environment(runner.device) | bandwidth,
         "weight_bytes_per_step_per_rank": card.weights_at(batch),
         "weight_bytes_per_rank": card.full,

@@ -11,7 +11,7 @@ import os
 import re
 import time
 from pathlib import Path
-from .results import bench_command
+from .results import bench_command, source_version
 from .serve_driver import benchmark
 from .serve_mixed import mixed_benchmark, mixed_summary, plot_mixed
 
@@ -69,7 +69,7 @@ def save_results(result: dict, out_dir: str | Path, name: str, command: str) -> 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     date, host = time.strftime("%Y-%m-%dT%H:%M:%S%z"), platform.node()
-    meta = {"command": command, "date": date, "host": host}
+    meta = {"command": command, "date": date, "host": host, "source": source_version()}
     (out / f"{name}.json").write_text(json.dumps(meta | result, indent=2) + "\n")
     return out / f"{name}.json", plot_results(result, out / f"{name}.png")
 
