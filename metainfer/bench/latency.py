@@ -24,17 +24,21 @@ from metainfer.bench.results import (
 __all__ = ['REPEAT_KEYS', 'run_latency', 'median_run', 'profile_latency', 'add_arguments', 'measure', 'main']
 
 # %% ../../nbs/bench/18d_latency.ipynb #fe528b35
-def _timed_steps(engine) -> tuple[float, list[float]]:
-    "Step `engine` until it is done: the start, and when each step's tokens reached the caller."
-    arrivals, start = [], time.perf_counter()
+def _timed_steps(engine) -> tuple[float, list[float], dict[str, float]]:
+    """Step `engine` until it is done: the start, when each step's tokens reached the caller, and
+    when each request's first token did."""
+    arrivals, firsts, start = [], {}, time.perf_counter()
     while engine.has_unfinished_requests():
-        if engine.step():
-            arrivals.append(time.perf_counter())
-    return start, arrivals
+        if outputs := engine.step():
+            arrivals.append(now := time.perf_counter())
+            for out in outputs:
+                firsts.setdefault(out.request_id, now)
+    return start, arrivals, firsts
 
 # %% ../../nbs/bench/18d_latency.ipynb #8f934c08
 def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0) -> dict:
-    "TTFT, TPOT and decode tokens/s of `batch` equal-length requests, measured step by step."
+    """TTFT (a request's on average, and the batch's last), TPOT (once every request decodes) and
+    decode tokens/s of `batch` equal-length requests, measured step by step."""
     from metainfer.engine.sampling_params import SamplingParams
 
     engine, vocab = llm.engine, llm.engine.model_config.vocab_size
@@ -44,14 +48,16 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
     engine.reset_prefix_cache()  # a repeat's prompts are the last run's: prefill them in full
     for i, p in enumerate(random_prompts(batch, input_len, input_len, vocab, seed)):
         engine.add_request(f"lat{i}", p, params)
-    start, arrivals = _timed_steps(engine)
-    decode = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    start, arrivals, firsts = _timed_steps(engine)
+    prefilled = max(firsts.values())  # (a chunked prefill gives the batch its tokens in turn)
+    decode = [b - a for a, b in zip(arrivals, arrivals[1:]) if a >= prefilled]
     tpot = statistics.median(decode)
     return {
         "batch": batch,
         "input_len": input_len,
         "output_len": output_len,
-        "ttft_s": arrivals[0] - start,
+        "ttft_s": statistics.mean(t - start for t in firsts.values()),  # (a request's, on average)
+        "ttft_max_s": prefilled - start,
         "tpot_s": tpot,
         "tpot_mean_s": statistics.mean(decode),
         "decode_tokens_per_s": batch / tpot,
