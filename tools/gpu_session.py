@@ -10,6 +10,7 @@ deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); contradi
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
+fp8-gemv-ab;
 free-ckpt: one call (570 s) holds about two of them.
 
 The device image lacks fastcore (every stage: the package imports it), nbdev/execnb/ipython (for
@@ -870,6 +871,20 @@ def stage_fp8_kv_deepseek():
     fp8 = fp8_checkpoint("DeepSeek-V2-Lite")
     bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8-kvfp8 --kv-cache-dtype fp8")
     bench(f"throughput {fp8} --name throughput-deepseek-v2-lite-fp8")
+
+
+def stage_fp8_gemv_ab():
+    """Issue 30: the GEMV's tiles and double-buffered loads in a whole B=1 step of Qwen3-8B's shapes
+    (tools/fp8_probes/gemv_prefetch.py), then Qwen3-8B block-wise FP8 at B=1 with each
+    `older_packages()` and with the current package, alternated, `AB_ROUNDS` times (2)."""
+    sh(f"{PY} tools/fp8_probes/gemv_prefetch.py {RES / 'gemv-tiles.json'} fp8 tiles", 200)
+    keep()
+    fp8 = fp8_checkpoint("Qwen3-8B")
+    for rnd in range(1, int(os.environ.get("AB_ROUNDS", 2)) + 1):
+        for at in older_packages():
+            name = f"latency-qwen3-8b-fp8-b1-at-{at.name}-{rnd}"
+            bench(f"latency {fp8} --batch-size 1 --name {name}", 120, at)
+        bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1-{rnd}", 120)
 
 
 def stage_fp8_gemv():
