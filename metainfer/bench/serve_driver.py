@@ -144,7 +144,9 @@ async def send_request(
                     last = now
                     if on_token is not None:
                         on_token(now)
-        r.latency, r.ok = time.perf_counter() - start, last is not None and r.output_tokens > 0
+        # ends at the last token, not the usage chunk or [DONE] after it (vLLM's benchmark too)
+        r.latency = (last or time.perf_counter()) - start
+        r.ok = last is not None and r.output_tokens > 0
         if not r.ok:
             r.error = "the stream ended without tokens or usage"
         elif body.get("ignore_eos") and r.output_tokens < (want := body["max_tokens"]):
