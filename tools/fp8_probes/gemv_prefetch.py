@@ -27,7 +27,7 @@ from metainfer.kernels.triton_silu import silu_mul_pairs
 from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path.insert(0, "tools/decode_probes")
-from graph_timing import paged_batch  # noqa: E402
+from graph_timing import graph_us, paged_batch  # noqa: E402
 
 LINE_ASM = {
     1: "prefetch.global.L2 [$1]; mov.u32 $0, 0;",
@@ -245,27 +245,10 @@ def step_fn(layers, lm_head, ctx, mm, bare=False):
 
 
 def timed(step, iters=30):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            out = step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-        a.record()
-        for _ in range(iters):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters)
-    return sorted(ts)[2], out.float().clone()
+    "µs per replay of `step` captured in one graph (`graph_us`), and its output."
+    box = {}
+    us = graph_us(lambda: box.update(out=step()), 1, iters)
+    return us, box["out"].float().clone()
 
 
 def package(x, w, act=None):
