@@ -5,6 +5,8 @@
 # %% ../nbs/01b_vllm_args.ipynb #0f85f0b5
 from __future__ import annotations
 import argparse
+import re
+from decimal import Decimal
 from typing import Any
 
 # %% auto #0
@@ -104,13 +106,14 @@ def human_int(text: str) -> int:
     """The integer `text` writes: digits, or with a suffix, `k`/`m`/`g`/`t` decimal (`25.6k` is
     25,600) or `K`/`M`/`G`/`T` binary after a whole number (`32K` is 32,768), as vLLM's flags."""
     value = str(text).strip()
-    number, suffix = (value[:-1], value[-1]) if value[-1:].isalpha() else (value, "")
-    try:
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", value):  # (digits only, as vLLM's)
+        number, suffix = m.groups()
         if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        if suffix in _BINARY or not suffix:
-            return int(number) * _BINARY.get(suffix, 1)
+            return int(Decimal(number) * _DECIMAL[suffix])
+        if "." not in number:
+            return int(number) * _BINARY[suffix]
+    try:
+        return int(value)  # (a plain integer, as `int` reads it)
     except ValueError:
-        pass
-    hint = f" (a binary {suffix} takes a whole number)" if suffix in _BINARY else ""
-    raise argparse.ArgumentTypeError(f"not an integer: {text!r}{hint}")
+        hint = " (a binary suffix takes a whole number)" if value[-1:] in _BINARY else ""
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}{hint}") from None

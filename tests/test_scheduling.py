@@ -354,3 +354,20 @@ def test_abort_reads_back_the_step_in_flight(checkpoints):
     while engine.has_unfinished_requests():
         engine.step()
     assert engine.stats["step_s"] - before < 0.4
+
+
+def test_abort_survives_a_failed_read_back(checkpoints, monkeypatch):
+    """The step in flight failing as the abort reads it back: no request is left to fail, so the
+    abort returns, nothing stays in flight, and the prefixes it may have cached are forgotten."""
+    engine = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu").engine
+    engine.add_request("a", random_prompts(1, seed=8)[0], GREEDY)
+    for _ in range(4):
+        engine.step()
+    assert engine.block_manager.cached
+
+    def fails(done):
+        raise RuntimeError("the device failed")
+
+    monkeypatch.setattr(engine, "_read_back", fails)
+    engine.abort_request("a")
+    assert engine.in_flight is None and not engine.block_manager.cached

@@ -47,3 +47,4 @@ for eager in (False, True):
 out = os.path.join(os.environ.get("OUT", "/tmp"), "results", "contradictions-gpu.json")
 os.makedirs(os.path.dirname(out), exist_ok=True)
 json.dump(res, open(out, "w"), indent=1)
+sys.exit(0 if all(r["ok"] for r in res.values()) else 1)

@@ -24,16 +24,17 @@ from metainfer.bench.results import (
 __all__ = ['REPEAT_KEYS', 'run_latency', 'median_run', 'profile_latency', 'add_arguments', 'measure', 'main']
 
 # %% ../../nbs/bench/18d_latency.ipynb #fe528b35
-def _timed_steps(engine) -> tuple[float, list[float], dict[str, float]]:
+def _timed_steps(engine) -> tuple[float, list[float], dict[str, float], dict[str, float]]:
     """Step `engine` until it is done: the start, when each step's tokens reached the caller, and
-    when each request's first token did."""
-    arrivals, firsts, start = [], {}, time.perf_counter()
+    when each request's first and last tokens did."""
+    arrivals, firsts, lasts, start = [], {}, {}, time.perf_counter()
     while engine.has_unfinished_requests():
         if outputs := engine.step():
             arrivals.append(now := time.perf_counter())
             for out in outputs:
                 firsts.setdefault(out.request_id, now)
-    return start, arrivals, firsts
+                lasts[out.request_id] = now
+    return start, arrivals, firsts, lasts
 
 # %% ../../nbs/bench/18d_latency.ipynb #8f934c08
 def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0) -> dict:
@@ -48,9 +49,10 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
     engine.reset_prefix_cache()  # a repeat's prompts are the last run's: prefill them in full
     for i, p in enumerate(random_prompts(batch, input_len, input_len, vocab, seed)):
         engine.add_request(f"lat{i}", p, params)
-    start, arrivals, firsts = _timed_steps(engine)
-    prefilled = max(firsts.values())  # (a chunked prefill gives the batch its tokens in turn)
-    decode = [b - a for a, b in zip(arrivals, arrivals[1:]) if a >= prefilled]
+    start, arrivals, firsts, lasts = _timed_steps(engine)
+    # steps of the whole batch: from its last first token (a chunked prefill gives them in turn)
+    prefilled, ending = max(firsts.values()), min(lasts.values())  # to its first last one
+    decode = [b - a for a, b in zip(arrivals, arrivals[1:]) if a >= prefilled and b <= ending]
     tpot, tpot_mean = statistics.median(decode), statistics.mean(decode)
     return {
         "batch": batch,
@@ -66,7 +68,7 @@ def run_latency(llm, batch: int, input_len: int, output_len: int, seed: int = 0)
     }
 
 # %% ../../nbs/bench/18d_latency.ipynb #4d88b2c4
-REPEAT_KEYS = ("decode_tokens_per_s", "tpot_s", "tpot_mean_s", "ttft_s", "host_probe")
+REPEAT_KEYS = ("decode_tokens_per_s", "tpot_s", "tpot_mean_s", "ttft_s", "ttft_max_s", "host_probe")
 
 # %% ../../nbs/bench/18d_latency.ipynb #18f2d67a
 def median_run(runs: list[dict]) -> dict:

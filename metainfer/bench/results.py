@@ -49,23 +49,18 @@ def start_engine(args: argparse.Namespace):
     return LLM(**asdict(engine_config(args, args.model)))
 
 # %% ../../nbs/bench/18aa_results.ipynb #2fd34b44
-SECRET_FLAGS = ("--api-key", "--hf-token")  # their values never reach a result file
+SECRET_FLAGS = ("api_key", "hf_token")  # what these flags were given never reaches a result file
 
 
-def _redacted(argv: list[str]) -> list[str]:
-    "`argv` with the values of `SECRET_FLAGS` (`--api-key K1 K2`, `--api-key=K`) as `***`."
-    out, in_secret = [], False
-    for a in argv:
-        flag, eq, _ = a.partition("=")
-        if flag in SECRET_FLAGS:
-            out.append(f"{flag}=***" if eq else a)
-            in_secret = not eq
-        elif in_secret and not a.startswith("-"):
-            out.append("***")
-        else:
-            out.append(a)
-            in_secret = False
-    return out
+def _redacted(argv: list[str], args: argparse.Namespace) -> list[str]:
+    """`argv` with every value `args` holds for `SECRET_FLAGS` as `***` (`--api-key K`, `--api K`,
+    `--api-key=K`: however the flag was spelled)."""
+    given = [getattr(args, name, None) for name in SECRET_FLAGS]
+    secrets = {s for v in given if v for s in ([v] if isinstance(v, str) else v)}
+    hide = lambda a: "***" if a in secrets else a
+    return [
+        f"{a.split('=', 1)[0]}={hide(a.split('=', 1)[1])}" if "=" in a else hide(a) for a in argv
+    ]
 
 
 def bench_command(args: argparse.Namespace, mode: str) -> str:
@@ -73,9 +68,9 @@ def bench_command(args: argparse.Namespace, mode: str) -> str:
     bench MODE`."""
     argv = getattr(args, "argv", None)
     if argv:
-        return "metainfer " + shlex.join(_redacted(argv))
+        return "metainfer " + shlex.join(_redacted(argv, args))
     if sys.argv[1:2] == ["bench"]:
-        return " ".join(["metainfer", "bench", *_redacted(sys.argv[2:])])
+        return " ".join(["metainfer", "bench", *_redacted(sys.argv[2:], args)])
     return f"metainfer bench {mode}"
 
 # %% ../../nbs/bench/18aa_results.ipynb #eb87e3aa

@@ -163,15 +163,18 @@ def abort_request(self: LLMEngine, request_id: str | list[str]) -> None:
     or finished ids are ignored. A step in flight that only aborted ones were in is read back."""
     ids = [request_id] if isinstance(request_id, str) else request_id
     for rid in (m for i in ids for m in self.groups.forget(i)):  # (all of a request's n)
-        req = self.requests.pop(rid, None)
-        if req is None:
+        if (req := self.requests.pop(rid, None)) is None:
             continue
         del self._by_seq[req.seq.seq_id]
         if not req.seq.is_finished:
             self.scheduler.finish(req.seq, "abort")
     if self.in_flight is not None and not self.scheduler.has_unfinished():
         done, self.in_flight = self.in_flight, None
-        self._read_back(done)  # (now, or idle time would count as that step's)
+        try:  # (now, or idle time would count as that step's)
+            self._read_back(done)
+        except Exception as e:  # (no request is left to fail; a prefix it cached may be bad)
+            logging.getLogger("metainfer").warning("a step of aborted requests failed: %s", e)
+            self.block_manager.reset_prefix_cache()
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #73e7189a
 @patch
@@ -265,8 +268,7 @@ def _read_back(self: LLMEngine, launched: LaunchedStep) -> list[RequestOutput]:
 # %% ../../nbs/engine/14_llm_engine.ipynb #49d273f3
 @patch
 def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
-    """After an error: abort the requests of steps not read back, un-caching blocks whose KV may
-    miss."""
+    "After an error: abort the requests of unread steps, un-caching blocks whose KV may miss."
     for batch in batches:
         for seq in batch.seqs:
             if (req := self._by_seq.get(seq.seq_id)) is None:
