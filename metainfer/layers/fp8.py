@@ -74,9 +74,10 @@ def quantize_fp8(w: Tensor, block: tuple[int, int]) -> tuple[Tensor, Tensor]:
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8015
 def expand_scale(scale: Tensor, rows: int, n: int) -> Tensor:
-    "Scales of `rows`-row blocks, `[ceil(n / rows), G]`, as one per weight row, `[n, G]`."
-    s = scale.float().reshape(-1, scale.shape[-1])
-    return s.repeat_interleave(rows, 0)[:n].contiguous()
+    """Scales of `rows`-row blocks, `[..., ceil(n / rows), G]`, as one per weight row, `[..., n, G]`
+    (experts stacked in front keep their own)."""
+    s = scale.float() if scale.dim() > 1 else scale.float()[None]  # (a single row of groups)
+    return s.repeat_interleave(rows, -2)[..., :n, :].contiguous()
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8020
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def _compressed_tensors(qc: dict) -> Fp8Scheme | None:
     weights = {json.dumps(g.get("weights"), sort_keys=True) for g in groups}  # (any key order)
     if qc.get("format") != "float-quantized" or len(weights) != 1:
         raise ValueError(f"compressed-tensors: one float-quantized FP8 scheme is read, not {qc}")
-    w = groups[0]["weights"]
+    if not isinstance(w := groups[0].get("weights"), dict):  # (activations alone: no FP8 weights)
+        raise ValueError(f"compressed-tensors without weight quantization is not supported: {qc}")
     if (w.get("num_bits"), w.get("type"), w.get("symmetric", True)) != (8, "float", True):
         raise ValueError(f"compressed-tensors weights must be symmetric 8-bit floats: {w}")
     if any((a := g.get("input_activations")) is not None and not a.get("dynamic") for g in groups):
