@@ -13,8 +13,8 @@ from fastcore.basics import patch
 from .linear import LinearBase
 
 # %% auto #0
-__all__ = ['FP8', 'FP8_MAX', 'dequantize_fp8', 'Fp8Weight', 'quantize_fp8', 'expand_scale', 'Fp8Scheme', 'fp8_scheme',
-           'fp8_parameter', 'quantize_model']
+__all__ = ['FP8', 'FP8_MAX', 'dequantize_fp8', 'Fp8Weight', 'quantize_fp8', 'expand_scale', 'Fp8Scheme', 'quantization_config',
+           'fp8_scheme', 'fp8_parameter', 'quantize_model']
 
 # %% ../../nbs/layers/05a_fp8.ipynb #c8f2e77f
 FP8 = torch.float8_e4m3fn
@@ -122,11 +122,16 @@ def _compressed_tensors(qc: dict) -> Fp8Scheme | None:
     raise ValueError(f"compressed-tensors weight strategy {w.get('strategy')!r}: channel or block")
 
 # %% ../../nbs/layers/05a_fp8.ipynb #f8023
+def quantization_config(hf: dict) -> dict | None:
+    """A checkpoint's `quantization_config` (`hf`: its `config.json`); older compressed-tensors
+    checkpoints call it `compression_config` (vLLM reads both)."""
+    return hf.get("quantization_config") or hf.get("compression_config")
+
+
 def fp8_scheme(hf: dict, quantization: str | None = None) -> Fp8Scheme | None:
     """The FP8 scheme of a checkpoint's `config.json` (`hf`), or `quantization="fp8"` on a dense
-    checkpoint (per channel, quantized at load); `None`: no quantization. Older compressed-tensors
-    checkpoints call their config `compression_config` (vLLM reads both)."""
-    qc = hf.get("quantization_config") or hf.get("compression_config")
+    checkpoint (per channel, quantized at load); `None`: no quantization."""
+    qc = quantization_config(hf)
     if qc is None:
         if quantization not in (None, "fp8"):
             raise ValueError(f"unknown quantization {quantization!r}: fp8 is the one supported")

@@ -9,6 +9,7 @@ import math
 import re
 from torch import nn
 from ..layers.attention import KVScale
+from ..layers.fp8 import quantization_config
 
 # %% auto #0
 __all__ = ['log', 'KV_SCALE_NAMES', 'UNUSED_SCALE_NAMES', 'checkpoint_kv_cache_dtype', 'kv_scale_part', 'is_attention_scale',
@@ -22,8 +23,7 @@ def checkpoint_kv_cache_dtype(hf: dict) -> str | None:
     """The KV cache a checkpoint's `config.json` (`hf`) was calibrated for: `"fp8"` where its
     `quantization_config` has a `kv_cache_scheme` (llm-compressor's), else `None`. A scheme that
     can't be run (scales per head, an integer cache, scales computed while running) is an error."""
-    config = hf.get("quantization_config") or hf.get("compression_config") or {}  # (as fp8_scheme)
-    scheme = config.get("kv_cache_scheme")
+    scheme = (quantization_config(hf) or {}).get("kv_cache_scheme")
     if scheme is None:
         return None
     kind = (scheme.get("type"), scheme.get("num_bits"), scheme.get("symmetric", True))
