@@ -82,34 +82,41 @@ def can_allocate(self: BlockManager, seq: Sequence) -> bool:
     "Whether `seq` fits now, without counting on cache hits."
     return self.num_free_blocks >= seq.num_blocks
 
+# %% ../../nbs/engine/10a_block_manager.ipynb #b357682f
+@patch
+def cached_prefix(self: BlockManager, seq: Sequence) -> list[Block]:
+    """The cached blocks `seq` starts with: full blocks whose chain of hashes hits, never the block
+    of its last token (a step must compute it). Empty when caching is off or prompt logprobs are due
+    (hits would skip their logits)."""
+    if not self.enable_prefix_caching or seq.prompt_logprobs_due:
+        return []
+    h, hits = None, []
+    for i in range((len(seq) - 1) // self.block_size):
+        ids = seq.block(i)
+        h = block_hash(h, ids)
+        if (block := self._hit(h, ids)) is None:
+            break
+        hits.append(block)
+    return hits
+
 # %% ../../nbs/engine/10a_block_manager.ipynb #2bd0bc79
 @patch
 def allocate(self: BlockManager, seq: Sequence) -> None:
-    """Give `seq` its block table, sharing cached prefix blocks; its new blocks join the cache once
-    computed (`cache_computed`)."""
+    """Give `seq` its block table, sharing its cached prefix blocks; its new blocks join the cache
+    once computed (`cache_computed`)."""
     assert not seq.block_table, f"sequence {seq.seq_id} already has blocks"
-    # (hits would skip prompt logits)
-    h, hitting = None, self.enable_prefix_caching and not seq.prompt_logprobs_due
-    self.num_cache_query_tokens += len(seq.token_ids) if hitting else 0
-    seq.num_computed_tokens = 0  # the cache hits, counted below
-    for i in range(seq.num_blocks):
-        ids = seq.block(i)
-        full = len(ids) == self.block_size
-        h = block_hash(h, ids) if full else None
-        block = (
-            self._hit(h, ids) if hitting and full and (i + 1) * self.block_size < len(seq) else None
-        )
-        if block is not None:
-            if block.ref_count == 0:
-                self._take(block.block_id)
-            else:
-                block.ref_count += 1
-            seq.num_computed_tokens += self.block_size
-            self.num_cache_hit_tokens += self.block_size
+    hits = self.cached_prefix(seq)
+    if self.enable_prefix_caching and not seq.prompt_logprobs_due:
+        self.num_cache_query_tokens += len(seq.token_ids)
+    for block in hits:
+        if block.ref_count == 0:
+            self._take(block.block_id)
         else:
-            hitting = False
-            block = self._take()
-        seq.block_table.append(block.block_id)
+            block.ref_count += 1
+    seq.num_computed_tokens = len(hits) * self.block_size
+    self.num_cache_hit_tokens += seq.num_computed_tokens
+    fresh = [self._take() for _ in range(seq.num_blocks - len(hits))]
+    seq.block_table.extend(b.block_id for b in hits + fresh)
 
 # %% ../../nbs/engine/10a_block_manager.ipynb #5b8f7320
 @patch

@@ -158,8 +158,9 @@ def _start_waiting(self: Scheduler, rows: list, budget: int) -> int:
             continue
         if seq.num_pending or not self.bm.can_allocate(seq):
             break  # (pending: preempted this step while its token is in flight)
-        if len(seq.token_ids) > budget and not self.enable_chunked_prefill:
-            break
+        if not self.enable_chunked_prefill:  # (a prompt runs whole: its part the cache lacks)
+            if len(seq.token_ids) - len(self.bm.cached_prefix(seq)) * self.bm.block_size > budget:
+                break
         self.bm.allocate(seq)
         seq.status = SequenceStatus.RUNNING
         if seq.first_scheduled_time is None:  # first admission: its prefix-cache hits are the
