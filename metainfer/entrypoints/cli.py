@@ -5,18 +5,22 @@
 # %% ../../nbs/entrypoints/15_cli.ipynb #11631a06
 from __future__ import annotations
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 from ..config import add_engine_args, engine_config
 from ..vllm_args import VLLM_ENGINE_ARGS, add_vllm_args
 from .openai.cli_args import StartupError, add_serve_args, check_model_folder
 from ..bench import add_bench_parsers
 
 # %% auto #0
-__all__ = ['generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser', 'build_parser', 'main']
+__all__ = ['CONFIG_HELP', 'generate_main', 'add_generate_parser', 'serve_cmd', 'add_serve_parser', 'OneLineParser',
+           'build_parser', 'config_file_args', 'main']
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #f0d2ed25
 _GENERATE_DEFAULTS = {"temperature": 0.0, "max_tokens": 64}  # (greedy, unless told otherwise)
+CONFIG_HELP = "a YAML file of flags, as vLLM's --config reads it (the command line wins)"
 
 
 def _sampling_params(args, model_defaults: dict | None = None):
@@ -91,6 +95,7 @@ def add_generate_parser(sub) -> None:
     add_engine_args(g)
     add_vllm_args(g, VLLM_ENGINE_ARGS)
     g.add_argument("--seed", type=int, default=None, dest="sampling_seed", help="sampling seed")
+    g.add_argument("--config", help=CONFIG_HELP)  # (read before parsing: `config_file_args`)
     g.set_defaults(func=generate_main)
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #2d1eb132
@@ -121,6 +126,7 @@ def add_serve_parser(sub) -> None:
         "/v1/responses, /v1/models, /tokenize, /detokenize, /health, /ping, /metrics, /version",
     )
     add_serve_args(s)
+    s.add_argument("--config", help=CONFIG_HELP)  # (read before parsing: `config_file_args`)
     s.set_defaults(func=serve_cmd)
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #0b07ca8e
@@ -145,10 +151,55 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parsers(bench.add_subparsers(dest="mode", required=True))
     return p
 
+# %% ../../nbs/entrypoints/15_cli.ipynb #c99a1054
+def _config_flags(path: str) -> list[str]:
+    "The flags a `--config` YAML file holds (`port: 8000`, `enable-prefix-caching: false`)."
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise StartupError(f"--config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise StartupError(f"--config {path} is not YAML: {e}") from None
+    if not isinstance(config, dict):
+        raise StartupError(f"--config {path}: expected a mapping of flags to values")
+    flags = []
+    for key, value in config.items():
+        name = str(key).replace("_", "-")
+        if isinstance(value, bool):  # a switch: on, or its --no- form
+            flags.append(f"--{'' if value else 'no-'}{name}")
+        elif isinstance(value, list):
+            flags += [f"--{name}", *map(str, value)]
+        elif value is not None:
+            flags += [f"--{name}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    return flags
+
+
+def config_file_args(argv: list[str]) -> list[str]:
+    """`argv` with `--config FILE` replaced by the flags the file holds, placed right after the
+    subcommand and its positionals so that the command line's own flags win."""
+    at = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
+    if not at:
+        return argv
+    if len(at) > 1:
+        raise StartupError("--config given twice")
+    i = at[0]
+    if argv[i] == "--config" and i + 1 == len(argv):
+        raise StartupError("--config needs a file")
+    path = argv[i + 1] if argv[i] == "--config" else argv[i].split("=", 1)[1]
+    rest = argv[:i] + argv[i + (2 if argv[i] == "--config" else 1) :]
+    lead = next((j for j, a in enumerate(rest) if a.startswith("-")), len(rest))
+    return rest[:lead] + _config_flags(path) + rest[lead:]
+
 # %% ../../nbs/entrypoints/15_cli.ipynb #7346dd8e
 def main(argv: list[str] | None = None) -> None:
     "Entry point of the `metainfer` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        argv = config_file_args(argv)
+    except StartupError as e:
+        sys.exit(f"metainfer: error: {e}")
     args = build_parser().parse_args(argv)
     args.argv = argv  # benchmarks record the exact command
     from metainfer.distributed.parallel import install_stack_dumps
