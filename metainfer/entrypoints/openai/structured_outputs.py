@@ -118,9 +118,10 @@ def _args_rules(names: list[str], params: dict[str, dict]) -> list[str]:
 def tool_call_grammar(
     req: ChatCompletionRequest, tokenizer, fmt: ToolFormat = TOOL_FORMATS["hermes"]
 ) -> StructuredOutputsParams | None:
-    """The grammar a forced `tool_choice` puts on the reply, in the model's own format `fmt`: one
-    call of an allowed function, its arguments following its `parameters`; `None` for `auto` or
-    `none`."""
+    """The grammar a forced `tool_choice` puts on the reply, in the model's own format `fmt`: calls
+    of the allowed functions, their arguments following their `parameters` (one call for a named
+    function or `parallel_tool_calls: false`, else one or more, a newline between them allowed);
+    `None` for `auto` or `none`."""
     if (names := _forced_names(req)) is None:
         return None
     params = {t.function.name: t.function.parameters or {"type": "object"} for t in req.tools or []}
@@ -131,7 +132,12 @@ def tool_call_grammar(
         for i, n in enumerate(names)
     ]
     wrap = [lit(t) if t else "" for t in fmt.wrapper]
-    lark = "\n".join([f"start: {wrap[0]} call {wrap[1]}", "call: " + " | ".join(calls)])
+    more = (
+        ' ("\\n"? call)*'
+        if req.tool_choice == "required" and req.parallel_tool_calls is not False
+        else ""
+    )
+    lark = "\n".join([f"start: {wrap[0]} call{more} {wrap[1]}", "call: " + " | ".join(calls)])
     return StructuredOutputsParams(grammar="\n".join([lark, *_args_rules(names, params)]))
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #7d669fd5
