@@ -8,7 +8,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from ...engine.outputs import RequestOutput
-from ..chat_parsing import ChatOutputParser, opens_reasoning
+from ..chat_parsing import THINK, ChatOutputParser, opens_reasoning
 from .protocol import ChatCompletionRequest
 from .prompts import chat_prompt
 from metainfer.entrypoints.openai.formatting import (
@@ -38,18 +38,20 @@ def output_parser(
     """How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the
     request sends tools."""
     reasoning = st.reasoning_parser is not None
-    parser = ChatOutputParser(
+    tail = st.tokenizer.decode(prompt_ids[-32:])
+    opened, closed = tail.rfind(THINK[0]), tail.rfind(THINK[1])
+    in_reasoning = reasoning and (
+        opens_reasoning(tail)
+        or (req.continue_final_message and opened > closed)  # (a continued message thinking)
+        or (st.reasoning_parser == "deepseek_r1" and closed < 0)  # (R1's template: open or none)
+    )
+    return ChatOutputParser(
         reasoning,
         tools=bool(req.tools) and req.tool_choice != "none",
         tool_format=st.tool_format,
         max_calls=1 if req.parallel_tool_calls is False else None,
-        in_reasoning=reasoning
-        and (
-            st.reasoning_parser == "deepseek_r1"
-            or opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))
-        ),
+        in_reasoning=in_reasoning,
     )
-    return parser
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #a7064b06
 def _whole_choice(
