@@ -89,6 +89,7 @@ def response_object(
     output: list | None = None,
     out: RequestOutput | None = None,
     reasoning: int = 0,
+    created_at: int | None = None,  # (a stream's events all carry its start)
 ) -> dict:
     """The `response` object, as OpenAI writes it; `out`: the finished output it reports usage of
     (`reasoning`: how many of its tokens are reasoning)."""
@@ -97,7 +98,7 @@ def response_object(
     return {
         "id": rid,
         "object": "response",
-        "created_at": int(time.time()),
+        "created_at": created_at or int(time.time()),
         "model": model,
         "status": "incomplete" if length else status,
         "error": None,
@@ -128,7 +129,7 @@ class ResponseEvents:
         think_ids: tuple[int, int] | None = None,  # to count reasoning tokens (`think_token_ids`)
     ):
         self.rid, self.model, self.req, self.seq = rid, model, req, 0
-        self.think_ids = think_ids
+        self.think_ids, self.created_at = think_ids, int(time.time())
         # open: the item text deltas grow; calls: held to the end
         self.items, self.open, self.calls = [], None, []
 
@@ -142,7 +143,7 @@ def event(self: ResponseEvents, type: str, **fields) -> str:
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #e3ae2373
 @patch
 def start(self: ResponseEvents) -> list[str]:
-    head = response_object(self.rid, self.model, self.req)
+    head = response_object(self.rid, self.model, self.req, created_at=self.created_at)
     return [
         self.event("response.created", response=head),
         self.event("response.in_progress", response=head),
@@ -242,7 +243,7 @@ def feed(self: ResponseEvents, parts: dict) -> list[str]:
 @patch
 def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
     """The events that end the response: its open item done, its function calls, then
-    `response.completed`."""
+    `response.completed` (also when `max_output_tokens` cut it, as vLLM's: see above)."""
     cut = out.outputs[0].finish_reason == "length"
     evs = (
         [] if self.items or self.calls else self._grow("message", "")
@@ -262,7 +263,9 @@ def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
         )
     reasoned = any(it["type"] == "reasoning" for it in self.items)
     n = reasoning_tokens(out.outputs[0].token_ids, self.think_ids, reasoned)
-    self.final = response_object(self.rid, self.model, self.req, "completed", self.items, out, n)
+    self.final = response_object(
+        self.rid, self.model, self.req, "completed", self.items, out, n, self.created_at
+    )
     return evs + [self.event("response.completed", response=self.final)]
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #63d2cf84
