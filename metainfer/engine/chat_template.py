@@ -8,17 +8,23 @@ import json
 from typing import Any
 
 # %% auto #0
-__all__ = ['RENDER_ARGUMENTS', 'text_content', 'json_or_text', 'template_message', 'chat_token_ids']
+__all__ = ['TEXT_PARTS', 'RENDER_ARGUMENTS', 'text_content', 'json_or_text', 'template_message', 'chat_token_ids']
 
 # %% ../../nbs/engine/13f_chat_template.ipynb #36c322f5
+TEXT_PARTS = ("text", "input_text", "output_text")
+
+
 def text_content(message: dict) -> dict:
-    """`message` with its content as one string: OpenAI's list of text parts joined by newlines (as
-    vLLM's `auto` content format does for string templates); other parts are refused."""
+    """`message` with its content as one string: OpenAI's list of text parts (`text`, or the
+    Responses API's `input_text` / `output_text`, as vLLM takes them) joined by newlines (as vLLM's
+    `auto` content format does for string templates); other parts are refused."""
     parts = message.get("content")
     if not isinstance(parts, list):
         return message
     if any(
-        not isinstance(p, dict) or (p.get("type"), type(p.get("text"))) != ("text", str)
+        not isinstance(p, dict)
+        or p.get("type") not in TEXT_PARTS
+        or not isinstance(p.get("text"), str)
         for p in parts
     ):
         raise ValueError("only text content parts are supported")
