@@ -273,3 +273,36 @@ def test_start_up_check_passes_on_gloo():
     for p in procs:
         p.join(30)
     assert got == {0: [True, True], 1: [True, True]}
+
+
+def test_rank0_failing_mid_step_ends_the_group(checkpoints, monkeypatch):
+    """Rank 0 fails alone mid-step (scoring prompt logprobs, which only it does): the others are
+    left mid-step, so the group reports itself failed (the server's /health) and the next step
+    says why at once instead of hanging; shutdown is quick and gives back rank 0's CPU threads."""
+    import torch
+    from metainfer.engine import logits_processing
+
+    threads = torch.get_num_threads()
+    llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu", tensor_parallel_size=2)
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("injected: rank 0 out of memory")
+
+    monkeypatch.setattr(logits_processing, "token_logprobs", out_of_memory)
+    scored = SamplingParams(max_tokens=1, prompt_logprobs=1)
+    with pytest.raises(MemoryError):
+        llm.generate([list(range(1, 40))], scored, use_tqdm=False)
+    assert llm.engine.workers.failed
+    start = time.monotonic()
+    with pytest.raises(WorkerDied, match="mid-step"):
+        llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
+    llm.shutdown()
+    assert time.monotonic() - start < 5 and not mp.active_children()
+    assert torch.get_num_threads() == threads
+
+
+def test_one_gpu_for_every_rank_is_refused(checkpoints):
+    "`device='cuda:1'` under TP would put every rank's model on one GPU: refused before spawning."
+    with pytest.raises(ValueError, match="names one GPU"):
+        LLM(checkpoints("qwen3-tiny"), device="cuda:1", tensor_parallel_size=2)
+    assert not mp.active_children()

@@ -38,6 +38,7 @@ class ParallelInfo:
     control: ControlChannel | Fanout | None = None
     expert_size: int | None = None  # MoE: ranks the experts are split over (None: all `size`)
     membership: Membership | None = None  # where the ranks met, the nodes, the heartbeat
+    device: torch.device | None = None  # where this rank joined the group (its model runs there)
 
     def __post_init__(self):
         if not 0 <= self.rank < self.size:
@@ -175,7 +176,7 @@ def init_tensor_parallel(
     if cuda and symm_mem and nnodes == 1:  # NVLink's symmetric memory: within one machine
         comm = fast_communicator(rank, size, device, dtype, pdl) or comm
     control = control_channels(rank, nodes, where, cuda)
-    return ParallelInfo(rank, size, comm, control, expert_size, member)
+    return ParallelInfo(rank, size, comm, control, expert_size, member, device)
 
 # %% ../../nbs/distributed/04_parallel.ipynb #9be5ecc3
 def control_channels(

@@ -167,6 +167,8 @@ class WorkerGroup:
         for p in self.procs.values():
             p.start()
         self.stopping, self.dead, self.why = False, set(), ""
+        self.out_of_step = ""  # why rank 0 left the others mid-step (they can't go on)
+        self.torch_threads = torch.get_num_threads()  # (join_group shares out the CPU; `stop`)
         threading.Thread(target=self._watch, name="metainfer-tp-watch", daemon=True).start()
 
 # %% ../../nbs/distributed/13a_workers.ipynb #5502cf8d
@@ -206,6 +208,7 @@ class WorkerDied(RuntimeError):
 def raise_if_dead(self: WorkerGroup) -> None:
     "Raise `WorkerDied` naming every rank gone: exited here, or silent on any node."
     gone = [f"{self.nodes.describe(self.dead)} stopped: {self.why}"] if self.dead else []
+    gone += [self.out_of_step] if self.out_of_step else []
     gone += [
         f"worker rank {r} exited (code {p.exitcode})"
         for r, p in self.procs.items()
@@ -224,28 +227,34 @@ def _cause_found(self: WorkerGroup) -> bool:
 @contextmanager
 def naming_the_dead(self: WorkerGroup, wait_s: float = 7):
     """An error caused by a dead worker becomes a `WorkerDied` naming it. A worker that exited
-    with an error may have been failed by a peer: wait for a silent node or a killed worker."""
+    with an error may have been failed by a peer: wait for a silent node or a killed worker. An
+    error of rank 0's own leaves the others mid-step: the group is done for (`out_of_step`). A
+    `ValueError` (a model or setting every rank refuses alike) is said as it is."""
     self.raise_if_dead()
     try:
         yield
-    except Exception:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and not self._cause_found():
-            time.sleep(0.1)
-        self.raise_if_dead()
-        raise  # no worker died: the error is rank 0's own
+    except Exception as e:
+        if not isinstance(e, ValueError):
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and not self._cause_found():
+                time.sleep(0.1)
+            self.raise_if_dead()
+        self.out_of_step = f"ranks left mid-step when rank 0 failed ({e!r}): start a new engine"
+        raise
 
 # %% ../../nbs/distributed/13a_workers.ipynb #42c2090e
 @patch(as_prop=True)
 def failed(self: WorkerGroup) -> bool:
-    """A rank is gone: silent on any node, or killed here (one that exited with an error may
-    have been failed by a peer: `naming_the_dead` says). Read from any thread."""
-    return not self.stopping and self._cause_found()
+    """The group can't serve: a rank is gone (silent on any node, or exited here, with an error
+    too) or left mid-step. Read from any thread."""
+    exited = any(p.exitcode is not None for p in self.procs.values())
+    return not self.stopping and (exited or bool(self.dead or self.out_of_step))
 
 # %% ../../nbs/distributed/13a_workers.ipynb #8ba22073
 @patch
 def stop(self: WorkerGroup, timeout: float = 10) -> None:
     "Wait for workers to exit (after they were told to), then make sure they do."
+    timeout = 0 if self.out_of_step else timeout  # (stuck mid-step: they never read the stop)
     self.stopping = True
     for p in self.procs.values():
         p.join(timeout)
@@ -253,6 +262,7 @@ def stop(self: WorkerGroup, timeout: float = 10) -> None:
         if p.is_alive():
             p.kill()
             p.join()
+    torch.set_num_threads(self.torch_threads)  # this process's threads, as before the group
 
 # %% ../../nbs/distributed/13a_workers.ipynb #8f350dce
 @patch
@@ -282,6 +292,13 @@ def start_tensor_parallel(
     "Join (or create) the tensor-parallel group; returns rank 0's group info and its workers."
     if config.tensor_parallel_size == 1:
         return ParallelInfo(), None
+    if str(config.device).startswith(
+        "cuda:"
+    ):  # (rank_device: each rank its node's GPU of its rank)
+        raise ValueError(
+            f"device {config.device!r} names one GPU, but each tensor-parallel rank runs on its own "
+            "(choose them with CUDA_VISIBLE_DEVICES)"
+        )
     launch = launch_of(config)
     if launch.torchrun and (rank := int(os.environ["RANK"])) != 0:
         worker_main(config, model_config, max_model_len, rank, launch)  # serve rank 0, then end

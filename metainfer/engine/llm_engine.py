@@ -60,7 +60,7 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self.groups = RequestGroups()  # requests for n > 1 completions: one request each
         self._token_texts: dict[int, str] = {}  # token id -> its text, for logprobs
-        self._by_seq: dict[int, Request] = {}
+        self._by_seq, self._last_read = {}, 0.0  # (seq id -> its request; the last read-back)
         self.in_flight: LaunchedStep | None = None  # async scheduling: the step not read back yet
         # structured outputs' compiler and cache of grammars (llguidance loads at the first)
         self.grammars = (
@@ -71,7 +71,6 @@ class LLMEngine:
             dtype=torch.int32,
             pin_memory=self.runner.device.type == "cuda",
         )
-        self._last_read = 0.0
         # steps launched, their time from launch to read-back (overlaps counted once), prompt tokens
         # computed (cache hits not counted; recomputations counted again) and tokens generated
         self.stats = {"steps": 0, "step_s": 0.0, "prefill_tokens": 0, "generated_tokens": 0}
@@ -96,6 +95,12 @@ def shutdown(self: LLMEngine) -> None:
     destroy_tensor_parallel(self.tp)
     self.tp = ParallelInfo()
 
+# %% ../../nbs/engine/14_llm_engine.ipynb #a228dbaa
+@patch
+def _naming_dead_workers(self: LLMEngine):
+    "An error caused by a dead tensor-parallel worker becomes a `WorkerDied` naming it."
+    return nullcontext() if self.workers is None else self.workers.naming_the_dead()
+
 # %% ../../nbs/engine/14_llm_engine.ipynb #b3814423
 @patch
 def _start_runner(self: LLMEngine) -> None:
@@ -103,7 +108,8 @@ def _start_runner(self: LLMEngine) -> None:
     config, mc = self.config, self.model_config
     self.tp, self.workers = start_tensor_parallel(config, mc, self.max_model_len)
     try:
-        self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
+        with self._naming_dead_workers():  # (a worker that failed to load is named)
+            self.runner = ModelRunner(config, mc, self.max_model_len, self.tp)
         capacity = self.runner.num_kv_blocks * config.block_size
         if capacity < self.max_model_len and config.max_model_len:
             raise ValueError(
@@ -193,12 +199,6 @@ def reset_prefix_cache(self: LLMEngine) -> bool:
 def has_unfinished_requests(self: LLMEngine) -> bool:
     "Whether any request is waiting or running (or in a step not read back yet)."
     return self.scheduler.has_unfinished()
-
-# %% ../../nbs/engine/14_llm_engine.ipynb #a228dbaa
-@patch
-def _naming_dead_workers(self: LLMEngine):
-    "An error caused by a dead tensor-parallel worker becomes a `WorkerDied` naming it."
-    return nullcontext() if self.workers is None else self.workers.naming_the_dead()
 
 # %% ../../nbs/engine/14_llm_engine.ipynb #8246af68
 @patch

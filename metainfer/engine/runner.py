@@ -42,7 +42,7 @@ class ModelRunner:
     ):
         show_startup_log()
         self.config, self.model_config, self.tp = config, model_config, tp
-        self.device = resolve_device(config.device, self.tp.rank if self.tp.size > 1 else None)
+        self.device = tp.device or resolve_device(config.device)  # (under TP: its group's GPU)
         if self.device.type == "cuda":  # Triton launches and events use the current device
             torch.cuda.set_device(self.device)
         self.dtype = resolve_dtype(config.dtype, model_config, self.device)

@@ -49,9 +49,9 @@ def model_class(family: str) -> type[nn.Module]:
         raise NotImplementedError(f"model family {family!r} is not implemented yet") from e
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #af607f8b
-def resolve_device(device: str, rank: int | None = None) -> torch.device:
-    """`auto` is CUDA when available, else CPU. A CUDA device gets its index: `rank`'s GPU under TP,
-    or the current one."""
+def resolve_device(device: str) -> torch.device:
+    """`auto` is CUDA when available, else CPU. A CUDA device gets its index: the current GPU's
+    (under tensor parallelism each rank's device is its group's: `rank_device`)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -62,9 +62,9 @@ def resolve_device(device: str, rank: int | None = None) -> torch.device:
         raise ValueError(f"device {device!r}: auto, cpu, cuda or cuda:N")
     if d.type != "cuda" or d.index is not None:
         return d
-    if rank is None and not torch.cuda.is_available():  # (no current device to ask for)
+    if not torch.cuda.is_available():  # (no current device to ask for)
         raise ValueError(f"device {device!r}: this torch sees no CUDA GPU")
-    return torch.device("cuda", torch.cuda.current_device() if rank is None else rank)
+    return torch.device("cuda", torch.cuda.current_device())
 
 # %% ../../nbs/engine/12g_runner_setup.ipynb #71e90123
 def resolve_dtype(dtype: str, model_config: ModelConfig, device: torch.device) -> torch.dtype:

@@ -184,8 +184,13 @@ class QKVParallelLinear(ColumnParallelLinear):
             self.num_kv_heads = divide(num_kv_heads, tp.size)
             self.kv_head_start = tp.rank * self.num_kv_heads
         else:  # replicate: each KV head serves `size / num_kv_heads` consecutive ranks
+            if tp.size % num_kv_heads:
+                raise ValueError(
+                    f"the tensor-parallel size {tp.size} must divide the {num_kv_heads} KV heads "
+                    "or be a multiple of them"
+                )
             self.num_kv_heads = 1
-            self.kv_head_start = tp.rank // divide(tp.size, num_kv_heads)
+            self.kv_head_start = tp.rank // (tp.size // num_kv_heads)
         local = (self.num_heads + 2 * self.num_kv_heads) * head_dim
         LinearBase.__init__(self, hidden_size, local, bias, 0, tp, kernels)
 
