@@ -296,8 +296,8 @@ def start_tensor_parallel(
         "cuda:"
     ):  # (rank_device: each rank its node's GPU of its rank)
         raise ValueError(
-            f"device {config.device!r} names one GPU, but each tensor-parallel rank runs on its own "
-            "(choose them with CUDA_VISIBLE_DEVICES)"
+            f"device {config.device!r} names one GPU, but each tensor-parallel rank runs on its "
+            "own (choose them with CUDA_VISIBLE_DEVICES)"
         )
     launch = launch_of(config)
     if launch.torchrun and (rank := int(os.environ["RANK"])) != 0:
