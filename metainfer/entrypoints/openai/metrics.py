@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'TTFT_BUCKETS', 'TOKEN_GAP_BUCKETS', 'REQUEST_BUCKETS', 'build_1_2_5_buckets', 'RequestTimes',
-           'ServerMetrics']
+           'ServerMetrics', 'cache_config_info']
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #4713679d
 FINISH_REASONS = ("stop", "length", "abort", "error")  # `finished_reason` label values
@@ -49,7 +49,7 @@ class ServerMetrics:
     """vLLM's metric names, types, buckets and labels in a `CollectorRegistry` of this server's own;
     the engine thread calls `added`, `stepped` and `ended`, a scrape calls `exposition`."""
 
-    def __init__(self, model_name: str, max_model_len: int):
+    def __init__(self, model_name: str, max_model_len: int, cache_info: dict | None = None):
         self.registry, self.requests = CollectorRegistry(), {}
         self.labels = {"model_name": model_name, "engine": "0"}
         self.cumulative = {"preemptions": 0, "queries": 0, "hits": 0}  # the engine's, last seen
@@ -59,6 +59,10 @@ class ServerMetrics:
         self.in_engine = g("num_requests_in_engine", "Requests the engine holds.", "metainfer")
         self.free_blocks = g("num_free_kv_blocks", "Free KV blocks.", "metainfer")
         self.num_blocks = g("num_kv_blocks", "KV blocks in the pool.", "metainfer")
+        if cache_info:  # (vLLM's: the KV cache's settings as labels, the value 1)
+            doc = "Information of the LLMEngine CacheConfig"
+            info = Gauge("vllm:cache_config_info", doc, list(cache_info), registry=self.registry)
+            info.labels(**{k: str(v) for k, v in cache_info.items()}).set(1)
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #d29bc5e2
 @patch
@@ -130,6 +134,15 @@ def _add_histograms(self: ServerMetrics, max_model_len: int) -> None:
         "Histogram of time spent in WAITING phase for request.",
         REQUEST_BUCKETS,
     )
+    phase = lambda name, what: h(
+        name, f"Histogram of time spent in {what} phase for request.", REQUEST_BUCKETS
+    )
+    self.prefill_time = phase("request_prefill_time_seconds", "PREFILL")
+    self.decode_time = phase("request_decode_time_seconds", "DECODE")
+    self.inference_time = phase("request_inference_time_seconds", "RUNNING")
+    self.max_tokens = h(
+        "request_params_max_tokens", "Histogram of the max_tokens request parameter.", lengths
+    )
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #ccc869ae
 @patch
@@ -148,6 +161,12 @@ def ended(self: ServerMetrics, request_id: str, reason: str, now: float | None =
     self.e2e.observe(now - t.arrival)
     self.prompt_len.observe(t.seq.num_prompt_tokens)
     self.gen_len.observe(t.num_tokens)
+    self.max_tokens.observe(t.seq.params.max_tokens)
+    if t.num_tokens:  # the phases: scheduled, first token (prefill done), last token
+        scheduled = t.seq.first_scheduled_time or t.arrival
+        self.prefill_time.observe(t.first - scheduled)
+        self.decode_time.observe(t.last - t.first)
+        self.inference_time.observe(t.last - scheduled)
     if t.num_tokens > 1:
         self.tpot.observe((t.last - t.first) / (t.num_tokens - 1))
 
@@ -198,3 +217,15 @@ def exposition(self: ServerMetrics, stats) -> bytes:
     self.free_blocks.set(stats.num_free_kv_blocks)
     self.num_blocks.set(stats.num_kv_blocks)
     return generate_latest(self.registry)
+
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #33f6fa45
+def cache_config_info(engine) -> dict:
+    "The labels of vLLM's `cache_config_info` for an `LLMEngine`: its KV pool's settings."
+    c = engine.config
+    return {
+        "block_size": c.block_size,
+        "cache_dtype": c.kv_cache_dtype,
+        "enable_prefix_caching": c.enable_prefix_caching,
+        "gpu_memory_utilization": c.gpu_memory_utilization,
+        "num_gpu_blocks": engine.runner.num_kv_blocks,
+    }
