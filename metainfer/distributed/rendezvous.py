@@ -15,7 +15,7 @@ import torch.distributed as dist
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['log', 'Nodes', 'Rendezvous', 'hosts_store', 'RendezvousError', 'wait_for_ranks']
+__all__ = ['log', 'LOOPBACK', 'Nodes', 'Rendezvous', 'hosts_store', 'RendezvousError', 'wait_for_ranks']
 
 # %% ../../nbs/distributed/04c_rendezvous.ipynb #54f4e540
 log = logging.getLogger("metainfer")
@@ -90,15 +90,25 @@ def parse(cls: Rendezvous, init_method: str) -> Rendezvous:
     return cls(host.strip("[]"), int(port))
 
 # %% ../../nbs/distributed/04c_rendezvous.ipynb #a95d2a1d
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
 @patch
 def host_store(self: Rendezvous, timeout_s: float = 300) -> dist.TCPStore:
-    "Serve the store here (rank 0); it lives as long as the object returned."
+    """Serve the store here (rank 0); it lives as long as the object returned. At a loopback
+    address it listens there alone (`TCPStore` by itself listens on every interface)."""
+    port, listen = self.port, None
+    if self.host in LOOPBACK:  # (the store is handed the socket, and owns it)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        listen = socket.create_server((self.host, self.port), family=family)
+        port = listen.getsockname()[1]
     return dist.TCPStore(
         self.host,
-        self.port,
+        port,
         is_master=True,
         timeout=timedelta(seconds=timeout_s),
         wait_for_workers=False,
+        master_listen_fd=listen and listen.detach(),
     )
 
 # %% ../../nbs/distributed/04c_rendezvous.ipynb #7f21d70f
