@@ -306,3 +306,13 @@ def test_one_gpu_for_every_rank_is_refused(checkpoints):
     with pytest.raises(ValueError, match="names one GPU"):
         LLM(checkpoints("qwen3-tiny"), device="cuda:1", tensor_parallel_size=2)
     assert not mp.active_children()
+
+
+def test_a_second_tp_engine_waits_for_the_first(checkpoints):
+    "One tensor-parallel group per process: a second LLM is refused by name, the first still works."
+    ckpt = checkpoints("qwen3-tiny")
+    with LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2) as first:
+        with pytest.raises(ValueError, match="already holds a tensor-parallel group"):
+            LLM(ckpt, dtype="float32", device="cpu", tensor_parallel_size=2)
+        assert first.generate([[1, 2, 3]], GREEDY, use_tqdm=False)[0].outputs[0].token_ids
+    assert not mp.active_children()

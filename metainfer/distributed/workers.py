@@ -300,6 +300,11 @@ def start_tensor_parallel(
             "own (choose them with CUDA_VISIBLE_DEVICES)"
         )
     launch = launch_of(config)
+    if torch.distributed.is_initialized() and not launch.torchrun:  # (its default group is ours)
+        raise ValueError(
+            "this process already holds a tensor-parallel group (another LLM's?): one at a time, "
+            "shut the other down first (`llm.shutdown()`)"
+        )
     if launch.torchrun and (rank := int(os.environ["RANK"])) != 0:
         worker_main(config, model_config, max_model_len, rank, launch)  # serve rank 0, then end
         sys.exit(0)
