@@ -107,8 +107,8 @@ HONOURED = {  # fields this server implements (their effects: the other tests)
     *"chat_template_kwargs add_generation_prompt continue_final_message echo best_of".split(),
     *"request_id add_special_tokens return_tokens_as_token_ids".split(),
 }
-# honoured in completions only: the prompt comes back; its special tokens (a chat's: the template's)
-REFUSED_IN_CHAT = {"echo", "add_special_tokens"}
+# honoured in completions only: its special tokens (a chat's: the template's)
+REFUSED_IN_CHAT = {"add_special_tokens"}
 # honoured only with another field beside it
 NEEDS = {
     "top_logprobs": {"logprobs": True},

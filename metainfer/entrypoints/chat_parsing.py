@@ -150,6 +150,7 @@ class ChatOutputParser:
         self.after_think = False  # newlines right after </think> are dropped
         # nothing but whitespace since the last tool call (which is then dropped)
         self.after_call = False
+        self.echo = ""  # text the first content starts with (a chat's `echo`)
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #5ac41415
 @patch
@@ -250,6 +251,7 @@ def feed(self: ChatOutputParser, text: str, final: bool = False) -> dict:
     out = {"reasoning_content": "", "content": "", "tool_calls": []}
     while getattr(self, f"_{self.mode}")(out, final):
         pass
+    out["content"], self.echo = self.echo + out["content"], ""
     return out
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #1235da10

@@ -276,6 +276,7 @@ class ChatCompletionRequest(SamplingRequest):
     chat_template: str | None = None  # vLLM's: only with --trust-request-chat-template
     add_generation_prompt: bool = True  # vLLM's: open the assistant's turn
     continue_final_message: bool = False  # vLLM's: continue the last (assistant) message instead
+    echo: bool = False  # vLLM's: the reply starts with the last message's text if of its role
 
     @model_validator(mode="after")
     def _no_tools_required(self):

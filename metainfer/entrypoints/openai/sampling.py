@@ -58,7 +58,6 @@ UNSUPPORTED = {
 
 # %% ../../../nbs/entrypoints/openai/16b_sampling.ipynb #741e6f50
 CHAT_UNSUPPORTED = {  # the same, for fields a completion does implement
-    "echo": _asked,
     "add_special_tokens": lambda v: v not in (None, False),  # (the template writes them)
 }
 

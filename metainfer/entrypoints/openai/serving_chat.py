@@ -10,7 +10,7 @@ from starlette.responses import Response
 from ...engine.outputs import RequestOutput
 from ..chat_parsing import THINK, ChatOutputParser, opens_reasoning
 from .protocol import ChatCompletionRequest
-from .prompts import chat_prompt
+from .prompts import chat_prompt, message_text
 from metainfer.entrypoints.openai.formatting import (
     json_response,
     usage,
@@ -45,13 +45,17 @@ def output_parser(
         or (req.continue_final_message and opened > closed)  # (a continued message thinking)
         or (st.reasoning_parser == "deepseek_r1" and closed < 0)  # (R1's template: open or none)
     )
-    return ChatOutputParser(
+    parser = ChatOutputParser(
         reasoning,
         tools=bool(req.tools) and req.tool_choice != "none",
         tool_format=st.tool_format,
         max_calls=1 if req.parallel_tool_calls is False else None,
         in_reasoning=in_reasoning,
     )
+    last = req.messages[-1] if req.messages else None  # echoed if of the reply's role (vLLM's)
+    if req.echo and last and (last.role == "assistant" or not req.add_generation_prompt):
+        parser.echo = message_text(last)
+    return parser
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #a7064b06
 def _whole_choice(
