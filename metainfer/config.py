@@ -179,7 +179,7 @@ class EngineConfig:
         True, "split prompts over steps (off: a prompt runs whole; the budget >= max_model_len)"
     )
     max_model_len: int | None = arg(
-        None, "prompt + completion (default: the config's max_position_embeddings)"
+        None, "prompt + completion (default: the model's context; less if the KV pool is smaller)"
     )
     enable_prefix_caching: bool = arg(True, "reuse the KV blocks of a prompt's cached prefix")
     enforce_eager: bool = arg(False, "GPU: no CUDA graphs")

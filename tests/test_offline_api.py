@@ -249,3 +249,11 @@ def test_vllm_engine_arguments_that_ask_nothing_here(checkpoints):
     for kw in ({"load_format": "dummy"}, {"enable_lora": True}, {"tokenizer_mode": "mistral"}):
         with pytest.raises(ValueError, match=f"{next(iter(kw))}="):
             LLM(ckpt, device="cpu", **kw)
+
+
+def test_max_model_len_left_unset_fits_the_kv_cache_with_a_warning(checkpoints, caplog):
+    "A KV cache smaller than the model's context: requests are limited to it, and the log says so."
+    with caplog.at_level("WARNING", logger="metainfer"):
+        with LLM(str(checkpoints("qwen3-tiny")), device="cpu", num_kv_blocks=4) as small:
+            assert small.engine.max_model_len == 4 * 16
+    assert "max_model_len is 64, what the KV cache holds" in caplog.text

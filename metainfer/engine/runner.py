@@ -123,6 +123,11 @@ def _allocate_kv_pool(self: ModelRunner, max_model_len: int, graph_batch: int) -
             f"{gib:.2f} GiB ({per_block // self.block_size} bytes/token, {self.kv_dtype}) on "
             f"{self.device}"
         )
+        if tokens < max_model_len and self.config.max_model_len is None:  # (else: refused)
+            log.warning(
+                f"max_model_len is {tokens}, what the KV cache holds, not the model's "
+                f"{max_model_len}: raise --gpu-memory-utilization, or set --max-model-len"
+            )
 
 # %% ../../nbs/engine/13_runner.ipynb #4882e9aa
 @patch

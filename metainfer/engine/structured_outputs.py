@@ -7,7 +7,8 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import Any
@@ -19,8 +20,8 @@ from .grammar_checker import GrammarChecker, lltokenizer_args
 from .grammar_checker import lltokenizer as llguidance_tokenizer
 
 # %% auto #0
-__all__ = ['KINDS', 'SEQUENCE_FIELDS', 'GrammarError', 'StructuredOutputsParams', 'no_additional_properties', 'grammar_text',
-           'GrammarCompiler']
+__all__ = ['KINDS', 'SEQUENCE_FIELDS', 'MAX_MASK_MS', 'COPY_ABOVE_S', 'GrammarError', 'StructuredOutputsParams',
+           'no_additional_properties', 'grammar_text', 'GrammarCompiler']
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #6ba923f4
 class GrammarError(ValueError):
@@ -182,6 +183,16 @@ def grammar_text(p: StructuredOutputsParams, special: frozenset[str] = frozenset
             return _structural_tag_grammar(_load_json(p.structural_tag, "structural_tag"), special)
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #5f2c9e1c
+MAX_MASK_MS = 10  # a grammar whose token masks take longer is refused (the steps wait for them)
+
+
+def _timed(f) -> float:
+    "Seconds `f()` takes."
+    start = time.perf_counter()
+    f()
+    return time.perf_counter() - start
+
+
 def _compiled_grammar(
     fields: dict, lltok, special: frozenset[str]
 ) -> tuple[str | None, str | None]:
@@ -200,6 +211,12 @@ def _compiled_grammar(
         error = m.get_error()  # (shortened: it may list every special token)
         error = error if len(error) <= 500 else error[:500] + " …"
         return None, f"{p.described} can't be compiled: {error}"
+    m.compute_bitmask()  # (the first builds the lexer's states; each step's costs the next's)
+    if (ms := 1e3 * min(_timed(m.compute_bitmask) for _ in range(2))) > MAX_MASK_MS:
+        return None, (
+            f"{p.described} is too costly to follow: a token's mask takes {ms:.0f} ms (at most "
+            f"{MAX_MASK_MS}, each step, for every request beside it; a very long literal?)"
+        )
     return text, None
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #4109b419
@@ -220,6 +237,7 @@ class GrammarCompiler:
         self.cache_size, self.cache_chars, self._chars = cache_size, cache_chars, 0
         self._lltok, self._cache, self._lock = None, OrderedDict(), threading.Lock()
         self._executor = self._builder = None
+        self._templates = OrderedDict()  # grammar text -> its first matcher and build time
         # each new grammar is made and compiled first in a process of its own, which imports the
         # package's `_compiled_grammar` by name (so, here, not a notebook's)
         from metainfer.engine.structured_outputs import _compiled_grammar
@@ -258,7 +276,8 @@ def _store(self: GrammarCompiler, key: str, text: str) -> None:
     with self._lock:
         if key not in self._cache:
             self._cache[key], self._chars = text, self._chars + len(key) + len(text)
-        while len(self._cache) > self.cache_size or self._chars > self.cache_chars:
+        over = lambda: len(self._cache) > self.cache_size or self._chars > self.cache_chars
+        while over() and len(self._cache) > 1:  # (never the one just stored: it is needed now)
             old_key, old = self._cache.popitem(last=False)
             self._chars -= len(old_key) + len(old)
 
@@ -302,14 +321,57 @@ def executor(self: GrammarCompiler):
             self._executor = llguidance.LLExecutor()
         return self._executor
 
+# %% ../../nbs/engine/12e_structured_outputs.ipynb #a347fdc6
+COPY_ABOVE_S = 0.05  # a grammar's matchers are copies of its first where that took longer to build
+
+
+def _settle(built: Future, make) -> None:
+    "`built`'s result is `make()` (or what it raised)."
+    try:
+        built.set_result(make())
+    except BaseException as e:  # noqa: BLE001
+        built.set_exception(e)
+
+
+@patch
+def _template(self: GrammarCompiler, text: str) -> Future:
+    """The first matcher built of grammar `text` (kept at its start, never handed out) and the
+    seconds it took, as a `Future`; the most recent `cache_size` grammars' are kept."""
+
+    def timed() -> tuple:
+        start = time.perf_counter()
+        matcher = self._build(text)
+        return matcher, time.perf_counter() - start
+
+    with self._lock:
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(4, thread_name_prefix="grammar")
+        if (first := self._templates.get(text)) is None:
+            first = self._templates[text] = self._builder.submit(timed)
+            while len(self._templates) > self.cache_size:
+                self._templates.popitem(last=False)
+        self._templates.move_to_end(text)
+        return first
+
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #0984c6dd
 @patch
 def matcher(self: GrammarCompiler, p: StructuredOutputsParams) -> GrammarMatcher:
     """A new sequence's `GrammarMatcher`, its llguidance matcher built in the background (it is
-    needed at the sequence's first sampled token, after its prefill)."""
+    needed at the sequence's first sampled token, after its prefill): a build of its own, or a
+    copy of the grammar's first matcher where that took longer than `COPY_ABOVE_S` to build."""
     text = self.compile(p, self.admission_checker)
-    with self._lock:
-        if self._builder is None:
-            self._builder = ThreadPoolExecutor(4, thread_name_prefix="grammar")
-    built = self._builder.submit(self._build, text)
+    template, built = self._template(text), Future()
+
+    def made(first: Future) -> None:  # (in the thread that built the first, or here)
+        try:
+            matcher, took = first.result()
+            if took <= COPY_ABOVE_S:
+                own = self._builder.submit(self._build, text)
+                own.add_done_callback(lambda f: _settle(built, f.result))
+            else:
+                _settle(built, matcher.deep_copy)
+        except BaseException as e:  # noqa: BLE001 (the sequence's matcher fails with it)
+            built.set_exception(e)
+
+    template.add_done_callback(made)
     return GrammarMatcher(built, p.reasoning_end_token_id, p.reasoning_start_token_id)
