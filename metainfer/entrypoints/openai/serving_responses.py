@@ -24,12 +24,12 @@ from metainfer.entrypoints.openai.serving import (
     add_choices,
 )
 from .streaming import final_outputs, event_stream
-from .serving_chat import output_parser
+from .serving_chat import output_parser, think_token_ids
 from .responses_request import chat_request
 
 # %% auto #0
-__all__ = ['new_id', 'function_call_item', 'think_token_ids', 'reasoning_tokens', 'response_usage', 'response_object',
-           'ResponseEvents', 'response_events', 'responses']
+__all__ = ['new_id', 'function_call_item', 'reasoning_tokens', 'response_usage', 'response_object', 'ResponseEvents',
+           'response_events', 'responses']
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #fdcb76f8
 def new_id(prefix: str) -> str:
@@ -45,15 +45,6 @@ def function_call_item(call: dict, id: str, status: str = "completed") -> dict:
         "arguments": call["function"]["arguments"],
         "status": status,
     }
-
-# %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #bd2e42e5
-def think_token_ids(tokenizer) -> tuple[int, int] | None:
-    "The ids of `<think>` and `</think>` where each is one token of `tokenizer`, else `None`."
-    ids = tuple(tokenizer.convert_tokens_to_ids(t) for t in THINK)
-    whole = [
-        isinstance(i, int) and tokenizer.convert_ids_to_tokens(i) == t for i, t in zip(ids, THINK)
-    ]
-    return ids if all(whole) else None
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #33f70538
 def reasoning_tokens(ids: list[int], think_ids: tuple[int, int] | None, reasoned: bool) -> int:
