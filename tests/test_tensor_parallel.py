@@ -275,12 +275,15 @@ def test_start_up_check_passes_on_gloo():
     assert got == {0: [True, True], 1: [True, True]}
 
 
-def test_rank0_failing_mid_step_ends_the_group(checkpoints, monkeypatch):
+@pytest.mark.parametrize("grammar", [False, True])
+def test_rank0_failing_mid_step_ends_the_group(checkpoints, monkeypatch, grammar):
     """Rank 0 fails alone mid-step (scoring prompt logprobs, which only it does): the others are
     left mid-step, so the group reports itself failed (the server's /health) and the next step
-    says why at once instead of hanging; shutdown is quick and gives back rank 0's CPU threads."""
+    says why at once instead of hanging; shutdown is quick and gives back rank 0's CPU threads.
+    With a grammar in the batch, the step's forward runs apart from its sampling: the same."""
     import torch
     from metainfer.engine import logits_processing
+    from metainfer.engine.structured_outputs import StructuredOutputsParams
 
     threads = torch.get_num_threads()
     llm = LLM(checkpoints("qwen3-tiny"), dtype="float32", device="cpu", tensor_parallel_size=2)
@@ -289,7 +292,8 @@ def test_rank0_failing_mid_step_ends_the_group(checkpoints, monkeypatch):
         raise MemoryError("injected: rank 0 out of memory")
 
     monkeypatch.setattr(logits_processing, "token_logprobs", out_of_memory)
-    scored = SamplingParams(max_tokens=1, prompt_logprobs=1)
+    so = StructuredOutputsParams(choice=["yes", "no"]) if grammar else None
+    scored = SamplingParams(max_tokens=1, prompt_logprobs=1, structured_outputs=so)
     with pytest.raises(MemoryError):
         llm.generate([list(range(1, 40))], scored, use_tqdm=False)
     assert llm.engine.workers.failed

@@ -288,9 +288,9 @@ def step(self: LLMEngine) -> list[RequestOutput]:
         return outputs
     try:
         if batch is not None and any(s.masks_tokens for s in batch.sampling):
-            # its mask needs the tokens in flight: read back while the model runs; the outputs
-            # are made once the sampling is queued
-            forwarded = self.runner.forward(batch)
+            # its mask needs the tokens in flight: read back while the model runs (outputs: after)
+            with self._naming_dead_workers():  # (its collectives, as `_launch`'s)
+                forwarded = self.runner.forward(batch)
             token_ids = self._resolve(done) if done is not None else None
             vocab, buffer = self.model_config.vocab_size, self._mask_buffer
             bitmask = step_bitmask(batch.sampling, vocab, self.grammars, buffer)
