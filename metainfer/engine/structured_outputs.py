@@ -20,7 +20,7 @@ from .grammar_checker import GrammarChecker, lltokenizer_args
 from .grammar_checker import lltokenizer as llguidance_tokenizer
 
 # %% auto #0
-__all__ = ['KINDS', 'SEQUENCE_FIELDS', 'MAX_MASK_MS', 'COPY_ABOVE_S', 'GrammarError', 'StructuredOutputsParams',
+__all__ = ['KINDS', 'SEQUENCE_FIELDS', 'MAX_MASK_MS', 'COPY_ABOVE_S', 'TEMPLATES', 'GrammarError', 'StructuredOutputsParams',
            'no_additional_properties', 'grammar_text', 'GrammarCompiler']
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #6ba923f4
@@ -237,7 +237,8 @@ class GrammarCompiler:
         self.cache_size, self.cache_chars, self._chars = cache_size, cache_chars, 0
         self._lltok, self._cache, self._lock = None, OrderedDict(), threading.Lock()
         self._executor = self._builder = None
-        self._templates = OrderedDict()  # grammar text -> its first matcher and build time
+        self._templates = OrderedDict()  # grammar text -> a pristine matcher (slow to build)
+        self._pending = {}  # grammar text -> its first build, while it runs
         # each new grammar is made and compiled first in a process of its own, which imports the
         # package's `_compiled_grammar` by name (so, here, not a notebook's)
         from metainfer.engine.structured_outputs import _compiled_grammar
@@ -322,7 +323,8 @@ def executor(self: GrammarCompiler):
         return self._executor
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #a347fdc6
-COPY_ABOVE_S = 0.05  # a grammar's matchers are copies of its first where that took longer to build
+COPY_ABOVE_S = 0.05  # a grammar slower to build is built once: its later sequences get copies
+TEMPLATES = 16  # such grammars' pristine first matchers kept (one may hold tens of MB)
 
 
 def _settle(built: Future, make) -> None:
@@ -334,44 +336,50 @@ def _settle(built: Future, make) -> None:
 
 
 @patch
-def _template(self: GrammarCompiler, text: str) -> Future:
-    """The first matcher built of grammar `text` (kept at its start, never handed out) and the
-    seconds it took, as a `Future`; the most recent `cache_size` grammars' are kept."""
-
-    def timed() -> tuple:
+def _first_build(self: GrammarCompiler, text: str):
+    """The first matcher of grammar `text` while none is kept; one slower to build than
+    `COPY_ABOVE_S` leaves a copy at its start, the template later sequences copy."""
+    try:
         start = time.perf_counter()
         matcher = self._build(text)
-        return matcher, time.perf_counter() - start
+        if time.perf_counter() - start > COPY_ABOVE_S:
+            with self._lock:
+                self._templates[text] = matcher.deep_copy()
+                while len(self._templates) > TEMPLATES:
+                    self._templates.popitem(last=False)
+        return matcher
+    finally:  # (a failed build is not kept: the next sequence tries again)
+        with self._lock:
+            self._pending.pop(text, None)
 
+
+@patch
+def _after_first(self: GrammarCompiler, text: str, first: Future, built: Future) -> None:
+    "A sequence that waited for its grammar's first build: a copy of the template, or a build."
+    if first.exception() is not None:
+        built.set_exception(first.exception())
+        return
     with self._lock:
-        if self._builder is None:
-            self._builder = ThreadPoolExecutor(4, thread_name_prefix="grammar")
-        if (first := self._templates.get(text)) is None:
-            first = self._templates[text] = self._builder.submit(timed)
-            while len(self._templates) > self.cache_size:
-                self._templates.popitem(last=False)
-        self._templates.move_to_end(text)
-        return first
+        template = self._templates.get(text)
+    make = template.deep_copy if template is not None else functools.partial(self._build, text)
+    self._builder.submit(make).add_done_callback(lambda f: _settle(built, f.result))
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #0984c6dd
 @patch
 def matcher(self: GrammarCompiler, p: StructuredOutputsParams) -> GrammarMatcher:
     """A new sequence's `GrammarMatcher`, its llguidance matcher built in the background (it is
     needed at the sequence's first sampled token, after its prefill): a build of its own, or a
-    copy of the grammar's first matcher where that took longer than `COPY_ABOVE_S` to build."""
+    copy of the grammar's template if it has one (it was slow to build)."""
     text = self.compile(p, self.admission_checker)
-    template, built = self._template(text), Future()
-
-    def made(first: Future) -> None:  # (in the thread that built the first, or here)
-        try:
-            matcher, took = first.result()
-            if took <= COPY_ABOVE_S:
-                own = self._builder.submit(self._build, text)
-                own.add_done_callback(lambda f: _settle(built, f.result))
-            else:
-                _settle(built, matcher.deep_copy)
-        except BaseException as e:  # noqa: BLE001 (the sequence's matcher fails with it)
-            built.set_exception(e)
-
-    template.add_done_callback(made)
+    with self._lock:
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(4, thread_name_prefix="grammar")
+        if (template := self._templates.get(text)) is not None:
+            self._templates.move_to_end(text)
+            built = self._builder.submit(template.deep_copy)
+        elif (first := self._pending.get(text)) is not None:  # (the same grammar, just sent)
+            built = Future()
+            first.add_done_callback(lambda f: self._after_first(text, f, built))
+        else:
+            built = self._pending[text] = self._builder.submit(self._first_build, text)
     return GrammarMatcher(built, p.reasoning_end_token_id, p.reasoning_start_token_id)

@@ -152,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #c99a1054
-def _config_flags(path: str) -> list[str]:
-    "The flags a `--config` YAML file holds (`port: 8000`, `enable-prefix-caching: false`)."
+def _config_flags(path: str, known: set[str] | None = None) -> list[str]:
+    """The flags a `--config` YAML file holds (`port: 8000`, `enable-prefix-caching: false`);
+    `known`: the command's option strings (a `false` switch without a `--no-` form is left out)."""
     import yaml
 
     try:
@@ -167,18 +168,30 @@ def _config_flags(path: str) -> list[str]:
     flags = []
     for key, value in config.items():
         name = str(key).replace("_", "-")
-        if isinstance(value, bool):  # a switch: on, or its --no- form
-            flags.append(f"--{'' if value else 'no-'}{name}")
+        if isinstance(value, bool):  # a switch: on, or its --no- form (a plain one is off unsaid)
+            if value or known is None or f"--no-{name}" in known:
+                flags.append(f"--{'' if value else 'no-'}{name}")
         elif isinstance(value, list):
-            flags += [f"--{name}", *map(str, value)]
+            flags += [f"--{name}", *map(str, value)] if value else []
         elif value is not None:
             flags += [f"--{name}", json.dumps(value) if isinstance(value, dict) else str(value)]
     return flags
 
 
-def config_file_args(argv: list[str]) -> list[str]:
+def _command_options(parser: argparse.ArgumentParser, words: list[str]) -> set[str]:
+    "The option strings of the (sub)command that `words` (its leading ones) name."
+    for w in words:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or w not in subs[0].choices:
+            break
+        parser = subs[0].choices[w]
+    return set(parser._option_string_actions)
+
+
+def config_file_args(argv: list[str], parser: argparse.ArgumentParser | None = None) -> list[str]:
     """`argv` with `--config FILE` replaced by the flags the file holds, placed right after the
-    subcommand and its positionals so that the command line's own flags win."""
+    subcommand and its positionals so that the command line's own flags win (`parser`: the
+    command line's, to know which switches have a `--no-` form)."""
     at = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
     if not at:
         return argv
@@ -190,17 +203,20 @@ def config_file_args(argv: list[str]) -> list[str]:
     path = argv[i + 1] if argv[i] == "--config" else argv[i].split("=", 1)[1]
     rest = argv[:i] + argv[i + (2 if argv[i] == "--config" else 1) :]
     lead = next((j for j, a in enumerate(rest) if a.startswith("-")), len(rest))
-    return rest[:lead] + _config_flags(path) + rest[lead:]
+    known = _command_options(parser, rest[:lead]) if parser else None
+    return rest[:lead] + _config_flags(path, known) + rest[lead:]
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #7346dd8e
 def main(argv: list[str] | None = None) -> None:
     "Entry point of the `metainfer` console script."
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        argv = config_file_args(argv)
+        argv = config_file_args(argv, parser := build_parser())
     except StartupError as e:
         sys.exit(f"metainfer: error: {e}")
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
+    if getattr(args, "config", None):  # (`config_file_args` reads it whole: not abbreviated)
+        sys.exit("metainfer: error: write --config in full (and a config file names no other)")
     args.argv = argv  # benchmarks record the exact command
     from metainfer.distributed.parallel import install_stack_dumps
     from metainfer.distributed.rendezvous import RendezvousError  # (torch: not for --help)

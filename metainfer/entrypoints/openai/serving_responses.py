@@ -12,7 +12,6 @@ from fastcore.basics import patch
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from ...engine.outputs import RequestOutput
-from ..chat_parsing import THINK
 from .responses_request import ResponsesRequest
 from .prompts import chat_prompt
 from .engine_loop import EngineError
