@@ -152,9 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #c99a1054
-def _config_flags(path: str, known: set[str] | None = None) -> list[str]:
-    """The flags a `--config` YAML file holds (`port: 8000`, `enable-prefix-caching: false`);
-    `known`: the command's option strings (a `false` switch without a `--no-` form is left out)."""
+def _read_config(path: str) -> dict:
+    "A `--config` YAML file: a mapping of flags to values (`port: 8000`)."
     import yaml
 
     try:
@@ -165,11 +164,17 @@ def _config_flags(path: str, known: set[str] | None = None) -> list[str]:
         raise StartupError(f"--config {path} is not YAML: {e}") from None
     if not isinstance(config, dict):
         raise StartupError(f"--config {path}: expected a mapping of flags to values")
+    return config
+
+
+def _config_flags(config: dict, known: set[str]) -> list[str]:
+    """The flags of a config's keys (dashes or underscores); `known`: the command's option strings
+    (`false` for a switch without a `--no-` form is its default: left out)."""
     flags = []
     for key, value in config.items():
         name = str(key).replace("_", "-")
-        if isinstance(value, bool):  # a switch: on, or its --no- form (a plain one is off unsaid)
-            if value or known is None or f"--no-{name}" in known:
+        if isinstance(value, bool):  # on, or off: its --no- form (a misspelt key: argparse's error)
+            if value or f"--no-{name}" in known or f"--{name}" not in known:
                 flags.append(f"--{'' if value else 'no-'}{name}")
         elif isinstance(value, list):
             flags += [f"--{name}", *map(str, value)] if value else []
@@ -178,20 +183,20 @@ def _config_flags(path: str, known: set[str] | None = None) -> list[str]:
     return flags
 
 
-def _command_options(parser: argparse.ArgumentParser, words: list[str]) -> set[str]:
-    "The option strings of the (sub)command that `words` (its leading ones) name."
-    for w in words:
+def _command(parser: argparse.ArgumentParser, words: list[str]) -> tuple:
+    "The (sub)command's parser that `words` (the leading ones) name, and how many of them name it."
+    for depth, w in enumerate(words):
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         if not subs or w not in subs[0].choices:
-            break
+            return parser, depth
         parser = subs[0].choices[w]
-    return set(parser._option_string_actions)
+    return parser, len(words)
 
 
 def config_file_args(argv: list[str], parser: argparse.ArgumentParser | None = None) -> list[str]:
     """`argv` with `--config FILE` replaced by the flags the file holds, placed right after the
-    subcommand and its positionals so that the command line's own flags win (`parser`: the
-    command line's, to know which switches have a `--no-` form)."""
+    subcommand and its positionals so that the command line's own flags win; the file's `model`
+    is the positional model unless the command line gives one (`parser`: the command line's)."""
     at = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
     if not at:
         return argv
@@ -203,8 +208,11 @@ def config_file_args(argv: list[str], parser: argparse.ArgumentParser | None = N
     path = argv[i + 1] if argv[i] == "--config" else argv[i].split("=", 1)[1]
     rest = argv[:i] + argv[i + (2 if argv[i] == "--config" else 1) :]
     lead = next((j for j, a in enumerate(rest) if a.startswith("-")), len(rest))
-    known = _command_options(parser, rest[:lead]) if parser else None
-    return rest[:lead] + _config_flags(path, known) + rest[lead:]
+    command, depth = _command(parser or build_parser(), rest[:lead])
+    config = _read_config(path)
+    model = config.pop("model", None)
+    words = rest[:lead] + ([str(model)] if model is not None and lead == depth else [])
+    return words + _config_flags(config, set(command._option_string_actions)) + rest[lead:]
 
 # %% ../../nbs/entrypoints/15_cli.ipynb #7346dd8e
 def main(argv: list[str] | None = None) -> None:

@@ -42,12 +42,12 @@ def think_token_ids(tokenizer) -> tuple[int, int] | None:
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #ccd14d2c
 def last_think_tag(tokenizer, prompt_ids: list[int]) -> str | None:
-    """The think tag (`<think>` or `</think>`) a prompt wrote last, if any: by token id where both
-    are tokens of `tokenizer` (the whole prompt), else in the text of its last 32 tokens."""
+    """The think tag (`<think>` or `</think>`) a prompt wrote last, if any, in the whole prompt: by
+    token id where both are tokens of `tokenizer`, else in its text."""
     if (ids := think_token_ids(tokenizer)) is not None:
         return next((THINK[ids.index(t)] for t in reversed(prompt_ids) if t in ids), None)
-    tail = tokenizer.decode(prompt_ids[-32:])
-    opened, closed = tail.rfind(THINK[0]), tail.rfind(THINK[1])
+    text = tokenizer.decode(prompt_ids)
+    opened, closed = text.rfind(THINK[0]), text.rfind(THINK[1])
     return None if opened == closed else THINK[0] if opened > closed else THINK[1]
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #0fccfb17
