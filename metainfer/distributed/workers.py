@@ -292,9 +292,7 @@ def start_tensor_parallel(
     "Join (or create) the tensor-parallel group; returns rank 0's group info and its workers."
     if config.tensor_parallel_size == 1:
         return ParallelInfo(), None
-    if str(config.device).startswith(
-        "cuda:"
-    ):  # (rank_device: each rank its node's GPU of its rank)
+    if str(config.device).startswith("cuda:"):  # (`rank_device`: each rank its own GPU)
         raise ValueError(
             f"device {config.device!r} names one GPU, but each tensor-parallel rank runs on its "
             "own (choose them with CUDA_VISIBLE_DEVICES)"
