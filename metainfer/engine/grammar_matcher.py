@@ -4,15 +4,18 @@
 
 # %% ../../nbs/engine/12ea_grammar_matcher.ipynb #2ba1fc69
 from __future__ import annotations
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable
 from fastcore.basics import patch
 
 if TYPE_CHECKING:  # (not imported: the grammar checker's process needs no torch)
     from torch import Tensor
 
 # %% auto #0
-__all__ = ['ACTIVE', 'REASONING', 'MAY_REASON', 'GrammarMatcher']
+__all__ = ['ACTIVE', 'REASONING', 'MAY_REASON', 'COPY_ABOVE_S', 'TEMPLATES', 'GrammarMatcher', 'MatcherBuilds']
 
 # %% ../../nbs/engine/12ea_grammar_matcher.ipynb #15fb5158
 ACTIVE = "active"
@@ -99,3 +102,70 @@ def fill(self: GrammarMatcher, row: Tensor) -> None:
     "Write the allowed tokens' bits into `row` (int32, on the host, contiguous)."
     self.matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
     self.allow_reasoning(row)
+
+# %% ../../nbs/engine/12ea_grammar_matcher.ipynb #80cbed13
+COPY_ABOVE_S = 0.05  # a grammar slower to build is built once: its later sequences get copies
+TEMPLATES = 16  # such grammars' pristine first matchers kept (one may hold tens of MB)
+
+# %% ../../nbs/engine/12ea_grammar_matcher.ipynb #a22699b8
+def _settle(built: Future, make) -> None:
+    "`built`'s result is `make()` (or what it raised)."
+    try:
+        built.set_result(make())
+    except BaseException as e:  # noqa: BLE001
+        built.set_exception(e)
+
+
+class MatcherBuilds:
+    """Matchers of grammar texts, built in a thread pool by `build(text)` (`prepare()` first, not
+    timed): a build per sequence, or a copy of the template of a grammar slow to build."""
+
+    def __init__(self, build: Callable, prepare: Callable = lambda: None):
+        self.build, self.prepare, self.lock = build, prepare, threading.Lock()
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="grammar")
+        self.templates = OrderedDict()  # grammar text -> a pristine matcher (slow to build)
+        self.pending = {}  # grammar text -> its first build, while it runs
+
+    def submit(self, text: str) -> Future:
+        "A new sequence's matcher of grammar `text`, as a `Future`."
+        with self.lock:
+            if (template := self.templates.get(text)) is not None:
+                self.templates.move_to_end(text)
+                return self.pool.submit(template.deep_copy)
+            if (first := self.pending.get(text)) is not None:  # (the same grammar, just sent)
+                built = Future()
+                first.add_done_callback(lambda f: self._after_first(text, f, built))
+                return built
+            built = self.pending[text] = self.pool.submit(self._first, text)
+            return built
+
+# %% ../../nbs/engine/12ea_grammar_matcher.ipynb #a52208d3
+@patch
+def _first(self: MatcherBuilds, text: str):
+    """The first matcher of grammar `text` while none is kept; one slower to build than
+    `COPY_ABOVE_S` leaves a copy at its start, the template later sequences copy."""
+    try:
+        self.prepare()
+        start = time.perf_counter()
+        matcher = self.build(text)
+        if time.perf_counter() - start > COPY_ABOVE_S:
+            with self.lock:
+                self.templates[text] = matcher.deep_copy()
+                while len(self.templates) > TEMPLATES:
+                    self.templates.popitem(last=False)
+        return matcher
+    finally:  # (a failed build is not kept: the next sequence tries again)
+        with self.lock:
+            self.pending.pop(text, None)
+
+
+@patch
+def _after_first(self: MatcherBuilds, text: str, first: Future, built: Future) -> None:
+    "A sequence that waited for its grammar's first build: a copy of the template, or a build."
+    if first.exception() is not None:
+        built.set_exception(first.exception())
+        return
+    with self.lock:
+        template = self.templates.get(text)
+    make = template.deep_copy if template is not None else lambda: self.build(text)
+    self.pool.submit(make).add_done_callback(lambda f: _settle(built, f.result))

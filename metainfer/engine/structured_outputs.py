@@ -7,8 +7,6 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import Any
@@ -16,12 +14,13 @@ from fastcore.basics import patch
 
 # (these names were first defined here: importing them from here keeps working)
 from .grammar_matcher import ACTIVE, MAY_REASON, REASONING, GrammarMatcher  # noqa: F401
-from .grammar_checker import GrammarChecker, lltokenizer_args
+from .grammar_matcher import MatcherBuilds
+from .grammar_checker import GrammarChecker, lltokenizer_args, mask_ms
 from .grammar_checker import lltokenizer as llguidance_tokenizer
 
 # %% auto #0
-__all__ = ['KINDS', 'SEQUENCE_FIELDS', 'MAX_MASK_MS', 'COPY_ABOVE_S', 'TEMPLATES', 'GrammarError', 'StructuredOutputsParams',
-           'no_additional_properties', 'grammar_text', 'GrammarCompiler']
+__all__ = ['KINDS', 'SEQUENCE_FIELDS', 'MAX_MASK_MS', 'GrammarError', 'StructuredOutputsParams', 'no_additional_properties',
+           'grammar_text', 'GrammarCompiler']
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #6ba923f4
 class GrammarError(ValueError):
@@ -186,13 +185,6 @@ def grammar_text(p: StructuredOutputsParams, special: frozenset[str] = frozenset
 MAX_MASK_MS = 10  # a grammar whose token masks take longer is refused (the steps wait for them)
 
 
-def _timed(f) -> float:
-    "Seconds `f()` takes."
-    start = time.perf_counter()
-    f()
-    return time.perf_counter() - start
-
-
 def _compiled_grammar(
     fields: dict, lltok, special: frozenset[str]
 ) -> tuple[str | None, str | None]:
@@ -211,8 +203,7 @@ def _compiled_grammar(
         error = m.get_error()  # (shortened: it may list every special token)
         error = error if len(error) <= 500 else error[:500] + " …"
         return None, f"{p.described} can't be compiled: {error}"
-    m.compute_bitmask()  # (the first builds the lexer's states; each step's costs the next's)
-    if (ms := 1e3 * min(_timed(m.compute_bitmask) for _ in range(2))) > MAX_MASK_MS:
+    if (ms := mask_ms(m)) > MAX_MASK_MS:
         return None, (
             f"{p.described} is too costly to follow: a token's mask takes {ms:.0f} ms (at most "
             f"{MAX_MASK_MS}, each step, for every request beside it; a very long literal?)"
@@ -236,9 +227,9 @@ class GrammarCompiler:
         self.tokenizer, self.vocab_size = tokenizer, vocab_size
         self.cache_size, self.cache_chars, self._chars = cache_size, cache_chars, 0
         self._lltok, self._cache, self._lock = None, OrderedDict(), threading.Lock()
-        self._executor = self._builder = None
-        self._templates = OrderedDict()  # grammar text -> a pristine matcher (slow to build)
-        self._pending = {}  # grammar text -> its first build, while it runs
+        self._executor = None
+        # each sequence's matcher (`matcher`), in a thread pool (`12ea_grammar_matcher`)
+        self.builds = MatcherBuilds(lambda text: self._build(text), lambda: self.lltokenizer)
         # each new grammar is made and compiled first in a process of its own, which imports the
         # package's `_compiled_grammar` by name (so, here, not a notebook's)
         from metainfer.engine.structured_outputs import _compiled_grammar
@@ -322,65 +313,11 @@ def executor(self: GrammarCompiler):
             self._executor = llguidance.LLExecutor()
         return self._executor
 
-# %% ../../nbs/engine/12e_structured_outputs.ipynb #a347fdc6
-COPY_ABOVE_S = 0.05  # a grammar slower to build is built once: its later sequences get copies
-TEMPLATES = 16  # such grammars' pristine first matchers kept (one may hold tens of MB)
-
-
-def _settle(built: Future, make) -> None:
-    "`built`'s result is `make()` (or what it raised)."
-    try:
-        built.set_result(make())
-    except BaseException as e:  # noqa: BLE001
-        built.set_exception(e)
-
-
-@patch
-def _first_build(self: GrammarCompiler, text: str):
-    """The first matcher of grammar `text` while none is kept; one slower to build than
-    `COPY_ABOVE_S` leaves a copy at its start, the template later sequences copy."""
-    try:
-        self.lltokenizer  # (made at the first build: not part of its time)
-        start = time.perf_counter()
-        matcher = self._build(text)
-        if time.perf_counter() - start > COPY_ABOVE_S:
-            with self._lock:
-                self._templates[text] = matcher.deep_copy()
-                while len(self._templates) > TEMPLATES:
-                    self._templates.popitem(last=False)
-        return matcher
-    finally:  # (a failed build is not kept: the next sequence tries again)
-        with self._lock:
-            self._pending.pop(text, None)
-
-
-@patch
-def _after_first(self: GrammarCompiler, text: str, first: Future, built: Future) -> None:
-    "A sequence that waited for its grammar's first build: a copy of the template, or a build."
-    if first.exception() is not None:
-        built.set_exception(first.exception())
-        return
-    with self._lock:
-        template = self._templates.get(text)
-    make = template.deep_copy if template is not None else functools.partial(self._build, text)
-    self._builder.submit(make).add_done_callback(lambda f: _settle(built, f.result))
-
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #0984c6dd
 @patch
 def matcher(self: GrammarCompiler, p: StructuredOutputsParams) -> GrammarMatcher:
     """A new sequence's `GrammarMatcher`, its llguidance matcher built in the background (it is
-    needed at the sequence's first sampled token, after its prefill): a build of its own, or a
-    copy of the grammar's template if it has one (it was slow to build)."""
-    text = self.compile(p, self.admission_checker)
-    with self._lock:
-        if self._builder is None:
-            self._builder = ThreadPoolExecutor(4, thread_name_prefix="grammar")
-        if (template := self._templates.get(text)) is not None:
-            self._templates.move_to_end(text)
-            built = self._builder.submit(template.deep_copy)
-        elif (first := self._pending.get(text)) is not None:  # (the same grammar, just sent)
-            built = Future()
-            first.add_done_callback(lambda f: self._after_first(text, f, built))
-        else:
-            built = self._pending[text] = self._builder.submit(self._first_build, text)
+    needed at the sequence's first sampled token, after its prefill) by `builds`: its own, or a
+    copy of its grammar's template if that was slow to build."""
+    built = self.builds.submit(self.compile(p, self.admission_checker))
     return GrammarMatcher(built, p.reasoning_end_token_id, p.reasoning_start_token_id)
