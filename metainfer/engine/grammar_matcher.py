@@ -162,10 +162,11 @@ def _first(self: MatcherBuilds, text: str):
 @patch
 def _after_first(self: MatcherBuilds, text: str, first: Future, built: Future) -> None:
     "A sequence that waited for its grammar's first build: a copy of the template, or a build."
-    if first.exception() is not None:
-        built.set_exception(first.exception())
-        return
-    with self.lock:
-        template = self.templates.get(text)
-    make = template.deep_copy if template is not None else lambda: self.build(text)
-    self.pool.submit(make).add_done_callback(lambda f: _settle(built, f.result))
+    try:  # (a callback's exception would be dropped, and `built` never resolved)
+        first.result()
+        with self.lock:
+            template = self.templates.get(text)
+        make = template.deep_copy if template is not None else lambda: self.build(text)
+        self.pool.submit(make).add_done_callback(lambda f: _settle(built, f.result))
+    except BaseException as e:  # noqa: BLE001
+        built.set_exception(e)
