@@ -9,11 +9,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 from fastcore.basics import patch
+from ..engine.grammar_matcher import ACTIVE, MAY_REASON, REASONING
 
 # %% auto #0
 __all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'SEP', 'DEEPSEEK_CALLS', 'DEEPSEEK_CALL', 'TOOL_FORMATS',
-           'TOOL_CALL_PARSERS', 'partial_tag', 'opens_reasoning', 'tool_call', 'parse_tool_call',
-           'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'ToolFormat', 'ChatOutputParser', 'parse_chat_output']
+           'TOOL_CALL_PARSERS', 'partial_tag', 'think_token_ids', 'last_think_tag', 'reply_start', 'tool_call',
+           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'ToolFormat', 'ChatOutputParser',
+           'parse_chat_output']
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #2acd86f8
 THINK = ("<think>", "</think>")
@@ -29,11 +31,46 @@ def partial_tag(text: str, tag: str) -> int:
         (k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0
     )
 
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #56a32e9a
-def opens_reasoning(prompt_tail: str) -> bool:
-    """Whether a rendered prompt (its end is enough) ends by opening `<think>`, so the output starts
-    inside the reasoning."""
-    return prompt_tail.rstrip().endswith(THINK[0])
+# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #8e4f63fb
+def think_token_ids(tokenizer) -> tuple[int, int] | None:
+    "The ids of `<think>` and `</think>` where each is one token of `tokenizer`, else `None`."
+    ids = tuple(tokenizer.convert_tokens_to_ids(t) for t in THINK)
+    whole = [
+        isinstance(i, int) and tokenizer.convert_ids_to_tokens(i) == t for i, t in zip(ids, THINK)
+    ]
+    return ids if all(whole) else None
+
+# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #4290362b
+def _last_tag(text: str) -> str | None:
+    opened, closed = text.rfind(THINK[0]), text.rfind(THINK[1])
+    return None if opened == closed else THINK[0] if opened > closed else THINK[1]
+
+
+def last_think_tag(tokenizer, prompt_ids: list[int]) -> str | None:
+    """The think tag (`<think>` or `</think>`) `prompt_ids` wrote last, if any: by token id where
+    both are tokens of `tokenizer`, else in its text."""
+    if (ids := think_token_ids(tokenizer)) is None:
+        return _last_tag(tokenizer.decode(prompt_ids))
+    back = list(prompt_ids)[::-1]
+    at = [back.index(t) if t in back else len(back) for t in ids]
+    return None if at[0] == at[1] else THINK[at.index(min(at))]
+
+# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #4c1976ac
+def reply_start(tokenizer, prompt_ids: list[int], parser: str | None, continued: str = "") -> str:
+    """Where a chat's reply starts: `REASONING` (inside `<think>`), `MAY_REASON` (it may open one)
+    or `ACTIVE` (the answer; also with no reasoning `parser`). `continued`: a continued final
+    message's text."""
+    if parser is None:
+        return ACTIVE
+    r1 = parser == "deepseek_r1"
+    if (tag := _last_tag(continued)) is None and r1:
+        tag = last_think_tag(tokenizer, prompt_ids)
+    elif tag is None:  # (Qwen3's tags end its prompt: a `<think>` a user wrote is none)
+        end = tokenizer.decode(prompt_ids[-16:]).rstrip()
+        tag = next((t for t in THINK if end.endswith(t)), None)
+    if tag is None:
+        return REASONING if r1 else MAY_REASON
+    return REASONING if tag == THINK[0] else ACTIVE
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #15e22721
 def tool_call(name: str, args) -> dict:
@@ -139,7 +176,7 @@ class ChatOutputParser:
         self,
         reasoning: bool = False,  # split off the reasoning
         tools: bool = False,  # parse tool calls
-        in_reasoning: bool = False,  # the prompt opened `<think>` (see `opens_reasoning`)
+        in_reasoning: bool = False,  # the reply starts inside `<think>` (see `reply_start`)
         tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes its calls
         max_calls: int | None = None,  # calls past this many are dropped (`parallel_tool_calls`)
     ):

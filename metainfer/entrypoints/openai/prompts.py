@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import jinja2
+from ..chat_parsing import reply_start
 from metainfer.engine.chat_template import (
     RENDER_ARGUMENTS,
     chat_token_ids,
@@ -22,7 +23,8 @@ from metainfer.entrypoints.openai.protocol import (
 )
 
 # %% auto #0
-__all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'message_dict', 'chat_prompt']
+__all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'message_dict', 'chat_prompt',
+           'chat_reply_start']
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c8ac1a7b
 def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
@@ -144,3 +146,11 @@ def chat_prompt(req: ChatCompletionRequest, tokenizer) -> list[list[int]]:
             "a forced tool_choice can't continue the final message", param="tool_choice"
         )
     return [_render(req, tokenizer, msgs, tools)]  # (a forced call: the reply's grammar)
+
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #cef2f36f
+def chat_reply_start(
+    req: ChatCompletionRequest, prompt_ids: list[int], tokenizer, parser: str | None
+) -> str:
+    "Where a chat's reply starts (`reply_start`), with the server's reasoning `parser`."
+    last = req.messages[-1] if req.continue_final_message and req.messages else None
+    return reply_start(tokenizer, prompt_ids, parser, message_text(last) if last else "")

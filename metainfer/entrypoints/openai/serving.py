@@ -226,7 +226,7 @@ async def _choice_params(st: ServerState, req: SamplingRequest, prompts) -> list
         prompts,
         st.tokenizer,
         st.engine.engine.grammars,
-        st.reasoning_parser is not None,
+        st.reasoning_parser,
         st.tool_format,
     )  # compiled off the event loop and the engine's thread
     if grammars is not None:

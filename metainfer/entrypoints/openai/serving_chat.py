@@ -8,9 +8,10 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from ...engine.outputs import RequestOutput
-from ..chat_parsing import THINK, ChatOutputParser, opens_reasoning
+from ...engine.grammar_matcher import REASONING
+from ..chat_parsing import ChatOutputParser
 from .protocol import ChatCompletionRequest
-from .prompts import chat_prompt, message_text
+from .prompts import chat_prompt, chat_reply_start, message_text
 from metainfer.entrypoints.openai.formatting import (
     json_response,
     usage,
@@ -29,26 +30,7 @@ from metainfer.entrypoints.openai.serving import (
 from .streaming import event_stream, stream_events, final_outputs
 
 # %% auto #0
-__all__ = ['think_token_ids', 'last_think_tag', 'output_parser', 'chat_completions']
-
-# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #bd2e42e5
-def think_token_ids(tokenizer) -> tuple[int, int] | None:
-    "The ids of `<think>` and `</think>` where each is one token of `tokenizer`, else `None`."
-    ids = tuple(tokenizer.convert_tokens_to_ids(t) for t in THINK)
-    whole = [
-        isinstance(i, int) and tokenizer.convert_ids_to_tokens(i) == t for i, t in zip(ids, THINK)
-    ]
-    return ids if all(whole) else None
-
-# %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #ccd14d2c
-def last_think_tag(tokenizer, prompt_ids: list[int]) -> str | None:
-    """The think tag (`<think>` or `</think>`) a prompt wrote last, if any, in the whole prompt: by
-    token id where both are tokens of `tokenizer`, else in its text."""
-    if (ids := think_token_ids(tokenizer)) is not None:
-        return next((THINK[ids.index(t)] for t in reversed(prompt_ids) if t in ids), None)
-    text = tokenizer.decode(prompt_ids)
-    opened, closed = text.rfind(THINK[0]), text.rfind(THINK[1])
-    return None if opened == closed else THINK[0] if opened > closed else THINK[1]
+__all__ = ['output_parser', 'chat_completions']
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #0fccfb17
 def output_parser(
@@ -56,22 +38,14 @@ def output_parser(
 ) -> ChatOutputParser:
     """How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the
     request sends tools."""
-    reasoning, last = st.reasoning_parser is not None, (req.messages or [None])[-1]
-    continued = message_text(last) if req.continue_final_message and last else ""
-    in_reasoning = reasoning and (
-        opens_reasoning(st.tokenizer.decode(prompt_ids[-16:]))
-        or continued.rfind(THINK[0]) > continued.rfind(THINK[1])  # (a continued message thinking)
-        or (  # R1's template opens it (or leaves the tag out); V3.1's without thinking closes it
-            st.reasoning_parser == "deepseek_r1"
-            and last_think_tag(st.tokenizer, prompt_ids) != THINK[1]
-        )
-    )
+    last = (req.messages or [None])[-1]
+    start = chat_reply_start(req, prompt_ids, st.tokenizer, st.reasoning_parser)
     parser = ChatOutputParser(
-        reasoning,
+        st.reasoning_parser is not None,
         tools=bool(req.tools) and req.tool_choice != "none",
         tool_format=st.tool_format,
         max_calls=1 if req.parallel_tool_calls is False else None,
-        in_reasoning=in_reasoning,
+        in_reasoning=start == REASONING,
     )  # `echo` (vLLM's): the last message's text, if of the reply's role
     if req.echo and last and (last.role == "assistant" or not req.add_generation_prompt):
         parser.echo = message_text(last)

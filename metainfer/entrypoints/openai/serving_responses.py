@@ -23,7 +23,8 @@ from metainfer.entrypoints.openai.serving import (
     add_choices,
 )
 from .streaming import final_outputs, event_stream
-from .serving_chat import output_parser, think_token_ids
+from ..chat_parsing import think_token_ids
+from .serving_chat import output_parser
 from .responses_request import chat_request
 
 # %% auto #0

@@ -10,11 +10,13 @@ from dataclasses import replace
 from typing import Any
 from ...engine.structured_outputs import GrammarCompiler, GrammarError
 from ...engine.structured_outputs import StructuredOutputsParams, no_additional_properties
-from ..chat_parsing import THINK, TOOL_FORMATS, ToolFormat
+from ...engine.grammar_matcher import ACTIVE, MAY_REASON
+from ..chat_parsing import TOOL_FORMATS, ToolFormat, think_token_ids
 from .protocol import ChatCompletionRequest, OpenAIError
+from .prompts import chat_reply_start
 
 # %% auto #0
-__all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_tokens',
+__all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_fields',
            'request_grammars']
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #25542aa2
@@ -141,16 +143,14 @@ def tool_call_grammar(
     return StructuredOutputsParams(grammar="\n".join([lark, *_args_rules(names, params)]))
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #7d669fd5
-def reasoning_tokens(tokenizer, prompt_ids: list[int], reasoning: bool) -> dict[str, int | None]:
-    """`StructuredOutputsParams`' reasoning fields for a prompt: no end token (constrained from the
-    first token) unless a reasoning parser is on and the prompt hasn't closed the thinking; no start
-    token if the prompt opened it."""
-    start, end = tokenizer.convert_tokens_to_ids(list(THINK))
-    tail = prompt_ids[-8:]
-    if not reasoning or end == tokenizer.unk_token_id or end in tail:
+def reasoning_fields(tokenizer, start: str) -> dict[str, int | None]:
+    """`StructuredOutputsParams`' reasoning fields for a reply that starts at `start`
+    (`reply_start`'s): the constraint waits for `</think>` (`REASONING`), may first take `<think>`
+    (`MAY_REASON`), or starts at once (`ACTIVE`, or where the tags are no tokens)."""
+    if start == ACTIVE or (ids := think_token_ids(tokenizer)) is None:
         return {"reasoning_end_token_id": None, "reasoning_start_token_id": None}
-    opened = tail and tail[-1] == start or tokenizer.decode(tail).rstrip().endswith(THINK[0])
-    return {"reasoning_end_token_id": end, "reasoning_start_token_id": None if opened else start}
+    first = ids[0] if start == MAY_REASON else None
+    return {"reasoning_end_token_id": ids[1], "reasoning_start_token_id": first}
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #6b452979
 def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
@@ -172,7 +172,7 @@ def request_grammars(
     prompts: list[list[int]],  # the request's prompts, as token ids
     tokenizer,
     grammars: GrammarCompiler | None,  # the engine's (`None`: a model without a tokenizer)
-    reasoning: bool,  # the server's reasoning parser is on
+    reasoning_parser: str | None,  # the server's (`None`: no reasoning)
     tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes tool calls
 ) -> list[StructuredOutputsParams] | None:
     """Each prompt's structured outputs (compiled and cached), or `None` if the request asks for
@@ -187,5 +187,7 @@ def request_grammars(
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
         param = "tools" if field == "tool_choice" else field
         raise OpenAIError(f"{param}: {e}", param=param) from None
-    chat = isinstance(req, ChatCompletionRequest)
-    return [replace(so, **reasoning_tokens(tokenizer, ids, reasoning and chat)) for ids in prompts]
+    if not isinstance(req, ChatCompletionRequest):  # (a completion's prompt is the model's own)
+        return [so] * len(prompts)
+    starts = [chat_reply_start(req, ids, tokenizer, reasoning_parser) for ids in prompts]
+    return [replace(so, **reasoning_fields(tokenizer, s)) for s in starts]
