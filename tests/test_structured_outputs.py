@@ -411,3 +411,26 @@ def test_contradictory_constraints_are_a_400_or_a_last_error_event(server, clien
         events[-1] == "[DONE]"
         and "no token satisfies" in json.loads(events[-2])["error"]["message"]
     )
+
+
+def test_a_grammar_that_fails_to_build_ends_alone(llm, monkeypatch):
+    """A matcher whose build raised (after the checker passed its grammar) ends its own sequence
+    with finish reason "error"; the request beside it in the same batch is untouched."""
+    grammars = llm.llm_engine.grammars
+    build = grammars._build
+    digits = StructuredOutputsParams(regex="[0-9]{5}")
+    failing = grammars.compile(digits)
+
+    def build_or_fail(text):
+        if text == failing:
+            raise MemoryError("no memory for this grammar")
+        return build(text)
+
+    monkeypatch.setattr(grammars, "_build", build_or_fail)
+    greedy = lambda **kw: SamplingParams(temperature=0, max_tokens=8, **kw)
+    alone = llm.generate("Answer:", greedy(), use_tqdm=False)[0].outputs[0]
+    bad, good = llm.generate(
+        ["Answer:"] * 2, [greedy(structured_outputs=digits), greedy()], use_tqdm=False
+    )
+    assert (bad.outputs[0].finish_reason, bad.outputs[0].token_ids) == ("error", [])
+    assert good.outputs[0].token_ids == alone.token_ids

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/engine/12ea_grammar_matcher.ipynb #2ba1fc69
 from __future__ import annotations
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -50,8 +51,14 @@ def matcher(self: GrammarMatcher):
 
 @patch(as_prop=True)
 def ready(self: GrammarMatcher) -> bool:
-    "Whether its matcher is built (the scheduler starts a sequence only then)."
-    return not isinstance(self._matcher, Future) or self._matcher.done()
+    """Whether its matcher is built (the scheduler starts a sequence only then); a build that failed
+    is the sequence's `error` (it ends at its first token, alone)."""
+    if not isinstance(self._matcher, Future) or not self._matcher.done():
+        return not isinstance(self._matcher, Future)
+    if (e := self._matcher.exception()) is not None and self.error is None:
+        logging.getLogger("metainfer").warning(f"a grammar failed to build: {e!r}")
+        self.error = f"the grammar could not be built: {e}"
+    return True
 
 # %% ../../nbs/engine/12ea_grammar_matcher.ipynb #00d2f474
 @patch

@@ -16,7 +16,7 @@ from .protocol import ChatCompletionRequest, OpenAIError
 from .prompts import chat_reply_start
 
 # %% auto #0
-__all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_fields',
+__all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_token_fields',
            'request_grammars']
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #25542aa2
@@ -143,7 +143,7 @@ def tool_call_grammar(
     return StructuredOutputsParams(grammar="\n".join([lark, *_args_rules(names, params)]))
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #7d669fd5
-def reasoning_fields(tokenizer, start: str) -> dict[str, int | None]:
+def reasoning_token_fields(tokenizer, start: str) -> dict[str, int | None]:
     """`StructuredOutputsParams`' reasoning fields for a reply that starts at `start`
     (`reply_start`'s): the constraint waits for `</think>` (`REASONING`), may first take `<think>`
     (`MAY_REASON`), or starts at once (`ACTIVE`, or where the tags are no tokens)."""
@@ -190,4 +190,4 @@ def request_grammars(
     if not isinstance(req, ChatCompletionRequest):  # (a completion's prompt is the model's own)
         return [so] * len(prompts)
     starts = [chat_reply_start(req, ids, tokenizer, reasoning_parser) for ids in prompts]
-    return [replace(so, **reasoning_fields(tokenizer, s)) for s in starts]
+    return [replace(so, **reasoning_token_fields(tokenizer, s)) for s in starts]
