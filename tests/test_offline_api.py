@@ -4,6 +4,7 @@
 vLLM documents it. One tiny CPU engine serves the module."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -108,6 +109,46 @@ def test_output_kind(llm):
     )
     got = llm.generate("hello", greedy(max_tokens=6, output_kind=kind.DELTA), use_tqdm=False)
     assert got[0].outputs[0].token_ids == whole.token_ids
+
+
+def test_output_kind_with_n_and_in_the_engine(llm):
+    """DELTA with `n > 1` gives each completion's finish once (only completions that moved come);
+    the engine's own `step` keeps FINAL_ONLY's outputs for the end and refuses DELTA by name."""
+    kind = RequestOutputKind
+    sampled = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=6, output_kind=kind.DELTA)
+    outs = list(llm.stream("hello", sampled))
+    ends = [c.index for o in outs for c in o.outputs if c.finish_reason is not None]
+    assert sorted(ends) == [0, 1, 2]
+    whole = llm.generate("hello", replace(sampled, output_kind=kind.CUMULATIVE), use_tqdm=False)
+    for c in whole[0].outputs:
+        assert [t for o in outs for d in o.outputs if d.index == c.index for t in d.token_ids] == (
+            c.token_ids
+        )
+    engine = llm.llm_engine
+    engine.add_request("final", "hello", greedy(max_tokens=4, output_kind=kind.FINAL_ONLY))
+    got = []
+    while engine.has_unfinished_requests():
+        got += engine.step()
+    assert [(o.request_id, o.finished) for o in got] == [("final", True)]
+    with pytest.raises(ValueError, match="DELTA: use LLM.stream"):
+        engine.add_request("delta", "hello", greedy(max_tokens=4, output_kind=kind.DELTA))
+
+
+def test_params_changed_after_they_were_made(llm):
+    """A field set on `SamplingParams` after they were made counts (vLLM's examples do this), as
+    in a copy made with the field: stop tokens, logit bias and allowed ids."""
+    alone = llm.generate("hello", greedy(max_tokens=6), use_tqdm=False)[0].outputs[0]
+    stop_at = alone.token_ids[2]
+    for field, value in [
+        ("stop_token_ids", [stop_at]),
+        ("logit_bias", {stop_at: -float("inf")}),
+        ("allowed_token_ids", alone.token_ids[:2]),
+    ]:
+        changed = greedy(max_tokens=6)
+        setattr(changed, field, value)
+        made = replace(greedy(max_tokens=6), **{field: value})
+        got, want = llm.generate(["hello"] * 2, [changed, made], use_tqdm=False)
+        assert got.outputs[0].token_ids == want.outputs[0].token_ids, field
 
 
 def test_llm_engine_and_seed(llm, checkpoints):

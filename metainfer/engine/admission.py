@@ -9,7 +9,8 @@ from pathlib import Path
 from ..config import generation_eos_ids
 from .sampling_params import SamplingParams
 from .sequence import Sequence
-from .structured_outputs import GrammarCompiler, StructuredOutputsParams
+from .structured_outputs import SEQUENCE_FIELDS, GrammarCompiler
+from .structured_outputs import StructuredOutputsParams
 from .token_masks import BadWords, index_bad_words
 
 # %% auto #0
@@ -60,11 +61,11 @@ def truncated(ids: list[int], k: int, max_model_len: int) -> list[int]:
 
 # %% ../../nbs/engine/13d_admission.ipynb #337bdd55
 def bad_word_ids(tokenizer, words: list[str]) -> list[list[int]]:
-    """vLLM's `bad_words` as token ids: each word as written and with a leading space (how it
+    """vLLM's `bad_words` as token ids: each word without its leading spaces, and with one (how it
     appears after another word), without duplicates."""
     out: dict[tuple[int, ...], None] = {}  # (ordered, and a set's lookup)
     for w in words:
-        for text in (w, " " + w.lstrip()):
+        for text in (w.lstrip(), " " + w.lstrip()):
             out.setdefault(tuple(tokenizer(text, add_special_tokens=False).input_ids))
     return [list(ids) for ids in out if ids]
 
@@ -99,6 +100,7 @@ def admit(
     max_logprobs: int = 20,  # the engine's limit (vLLM's default; -1: none)
 ) -> tuple[str | None, Sequence]:
     """`(prompt text, Sequence)` of a request, or a `ValueError` naming what can't be served."""
+    params = replace(params)  # (its own copy, checked again: fields may have been set since)
     if params.n != 1:
         raise AdmissionError(
             "admit takes one completion's params: LLMEngine.add_request fans n out (RequestGroups)",
@@ -124,6 +126,11 @@ def admit(
         ("logit_bias", "logit_bias token ids", params.logit_bias.span),
         ("stop_token_ids", "stop_token_ids", params.stop_token_ids),
         ("allowed_token_ids", "allowed_token_ids", getattr(params.allowed_token_ids, "span", ())),
+        (
+            "structured_outputs",
+            "reasoning token ids",
+            [getattr(so, f, 0) or 0 for f in SEQUENCE_FIELDS],
+        ),
     ]:
         if any(not 0 <= t < vocab_size for t in xs):
             raise AdmissionError(f"{what} must be in [0, {vocab_size})", field)

@@ -31,11 +31,11 @@ def default_sampling_params(defaults: dict) -> SamplingParams:
 def as_delta(out: RequestOutput, seen: dict) -> RequestOutput:
     """Each completion of `out` cut to what is new since the last call (vLLM's `DELTA`), per `seen`;
     the prompt's logprobs in the first only."""
-    first, outs = all((out.request_id, c.index) not in seen for c in out.outputs), []
+    first, outs = out.request_id not in seen, []
+    sent = seen.setdefault(out.request_id, {})  # completion index -> (characters, tokens) sent
     for c in out.outputs:
-        key = (out.request_id, c.index)
-        chars, toks = seen.get(key, (0, 0))
-        seen[key] = (len(c.text), len(c.token_ids))
+        chars, toks = sent.get(c.index, (0, 0))
+        sent[c.index] = (len(c.text), len(c.token_ids))
         lps = None if c.logprobs is None else c.logprobs[toks:]
         outs.append(replace(c, text=c.text[chars:], token_ids=c.token_ids[toks:], logprobs=lps))
     return replace(out, outputs=outs, prompt_logprobs=out.prompt_logprobs if first else None)
@@ -133,8 +133,9 @@ def _submit(self: LLM, prompts, sampling_params, stream: bool):
         ids.append(str(next(self._ids)))
         self._open.add(ids[-1])
         try:
-            final_only = sp.output_kind == RequestOutputKind.FINAL_ONLY
-            self.engine.add_request(ids[-1], p, sp, stream and not final_only)
+            delta = sp.output_kind == RequestOutputKind.DELTA  # (cut here: `stream`)
+            cumulative = replace(sp, output_kind=RequestOutputKind.CUMULATIVE) if delta else sp
+            self.engine.add_request(ids[-1], p, cumulative, stream)
         except BaseException as e:  # (whatever it was: none of the call's requests stay queued)
             self._abort(ids)
             if isinstance(e, ValueError):
@@ -180,8 +181,9 @@ def stream(self: LLM, prompts, sampling_params=None) -> Iterator[RequestOutput]:
     params_of, so_far, seen, pending = dict(zip(ids, params)), {}, {}, set(ids)
     try:
         while self._unfinished(pending):
-            advanced = {}  # (a prompt's output once a step, however many of its `n` advanced)
+            advanced, moved = {}, {}  # (a prompt's output once a step, its completions that moved)
             for out in self._step(pending):  # (each streamed output holds the completion it moved)
+                moved.setdefault(out.request_id, set()).update(c.index for c in out.outputs)
                 kept = so_far.setdefault(out.request_id, {})
                 kept.update({c.index: c for c in out.outputs})
                 n = params_of[out.request_id].n
@@ -191,8 +193,9 @@ def stream(self: LLM, prompts, sampling_params=None) -> Iterator[RequestOutput]:
                     pending.discard(out.request_id)
             for rid, out in advanced.items():
                 kind = params_of[rid].output_kind
-                if kind == RequestOutputKind.DELTA:
-                    yield as_delta(out, seen)
+                if kind == RequestOutputKind.DELTA:  # (only what moved: no repeated finish)
+                    now = [out.outputs[j] for j in sorted(moved[rid])]
+                    yield as_delta(replace(out, outputs=now), seen)
                 elif kind != RequestOutputKind.FINAL_ONLY or out.finished:
                     yield out
     finally:
@@ -245,19 +248,20 @@ def chat(
     messages: list[dict] | list[list[dict]],
     sampling_params=None,
     use_tqdm: bool | Callable = True,
-    tools: list[dict] | None = None,
-    add_generation_prompt: bool = True,
-    continue_final_message: bool = False,
-    chat_template_kwargs: dict | None = None,
+    lora_request=None,  # (vLLM's: no adapters here; only None)
     chat_template: str | None = None,  # a Jinja template instead of the tokenizer's
     chat_template_content_format: str = "auto",  # (vLLM's: content lists become strings)
-    lora_request=None,  # (vLLM's: no adapters here; only None)
+    add_generation_prompt: bool = True,  # (the arguments in vLLM's order: they may come by place)
+    continue_final_message: bool = False,
+    tools: list[dict] | None = None,
+    chat_template_kwargs: dict | None = None,
 ) -> list[RequestOutput]:
     "Complete a conversation (a list of messages) or several, rendered by `chat_token_ids`."
     if chat_template_content_format not in ("auto", "string"):
         raise ValueError("chat_template_content_format: only auto and string are supported")
-    conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-    if isinstance(conversations, str) or not all(
+    one = isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict)
+    conversations = [messages] if one else messages
+    if isinstance(conversations, (str, dict)) or not all(
         isinstance(c, (list, tuple)) and all(isinstance(m, dict) for m in c) for c in conversations
     ):
         raise TypeError("messages: a conversation (a list of message dicts), or a list of them")

@@ -23,6 +23,7 @@ from .sequence import NO_TOKEN
 from .logits_processing import LaunchedStep
 from .runner import ModelRunner
 from .outputs import RequestOutput, Request, logprob_entry, request_detokenizer
+from .outputs import streams
 from .request_groups import RequestGroups
 
 # %% auto #0
@@ -135,12 +136,12 @@ def add_request(
     params: SamplingParams | None = None,
     stream: bool = True,
 ) -> None:
-    """Queue a request (`stream=False`: its text at the end; `n > 1`: an engine request per
-    completion, `RequestGroups`), or a `ValueError` saying why not."""
+    """Queue a request (`stream=False` or `FINAL_ONLY`: its output at the end; `n > 1`: an engine
+    request per completion, `RequestGroups`), or a `ValueError` saying why not."""
     params = params or SamplingParams()
     if request_id in self.requests or request_id in self.groups:
         raise ValueError(f"request id {request_id!r} is already in use")
-    fanned = self.groups.fan_out(request_id, params, stream)
+    fanned = self.groups.fan_out(request_id, params, stream := streams(params, stream))
     try:  # every completion admitted before any is queued
         if any(rid in self.requests for rid, _ in fanned):  # (a member's id taken)
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -253,7 +254,7 @@ def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> l
     # not aborted or done
     reqs = [r for s in batch.sampling if (r := self._by_seq.get(s.seq_id)) is not None]
     eos, finish = self.scheduler.eos_token_ids, self.scheduler.finish
-    outputs = [r.output(eos, finish) for r in reqs if r.reports]
+    outputs = [o for r in reqs if r.reports and ((o := r.output(eos, finish)).finished or r.stream)]
     for o in outputs:
         if o.finished:
             del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]
@@ -279,8 +280,7 @@ def _drop(self: LLMEngine, batches: list[ScheduledBatch]) -> None:
 # %% ../../nbs/engine/14_llm_engine.ipynb #083c9ded
 @patch
 def step(self: LLMEngine) -> list[RequestOutput]:
-    """Schedule and launch a batch, read back a launched step: its streamed and finished requests'
-    outputs."""
+    """Schedule and launch a batch; read back a launched step: its requests' new outputs."""
     batch, launched, outputs = self.scheduler.schedule(), None, []
     done, self.in_flight = self.in_flight, None
     if batch is None and done is None:  # nothing ready (a grammar still building): yield the core

@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 from fastcore.basics import patch
-from .sampling_params import SamplingParams
+from .sampling_params import RequestOutputKind, SamplingParams
 from .sequence import Sequence
 
 # %% auto #0
 __all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'request_detokenizer', 'StopStrings',
-           'Request', 'logprob_entry']
+           'Request', 'streams', 'logprob_entry']
 
 # %% ../../nbs/engine/13c_outputs.ipynb #068f4f8b
 @dataclass
@@ -149,6 +149,15 @@ def reports(self: Request) -> bool:
     """Whether this step's output (and text) is needed: streamed, watching stop strings, or
     finished."""
     return self.stream or bool(self.seq.params.stop) or self.seq.is_finished
+
+# %% ../../nbs/engine/13c_outputs.ipynb #5e702fb5
+def streams(params: SamplingParams, stream: bool = True) -> bool:
+    """Whether the engine gives a request's output each step it advances (`stream`), or only at its
+    end (`FINAL_ONLY`); a `ValueError` for `DELTA`: the engine's outputs are whole so far (vLLM's
+    `CUMULATIVE`; `LLM.stream` cuts them)."""
+    if params.output_kind == RequestOutputKind.DELTA:
+        raise ValueError("output_kind DELTA: use LLM.stream; the engine's outputs are cumulative")
+    return stream and params.output_kind != RequestOutputKind.FINAL_ONLY
 
 # %% ../../nbs/engine/13c_outputs.ipynb #6f7e6892
 @patch

@@ -46,15 +46,16 @@ def as_list(name: str, value: Any, kind: type) -> list:
 
 # %% ../../nbs/engine/10_sampling_params.ipynb #acae54e37e7d407bbb7b55eff062a284
 class TokenBias(dict):
-    """`logit_bias` checked once: token id -> a bias in [-100, 100]; `span`: (smallest, largest)
-    id; `tensors(device)`: (ids, biases), made once per device (read only)."""
+    """`logit_bias` checked once: token id -> a bias (a number below +inf: -inf bans the token;
+    the server keeps OpenAI's [-100, 100]); `span`: (smallest, largest) id; `tensors(device)`:
+    (ids, biases), made once per device (read only)."""
 
     def __init__(self, bias: dict[int, float]):
         if not isinstance(bias, Mapping):
             raise ValueError(f"logit_bias must map token ids to biases, got {bias!r:.60}")
         super().__init__((int(t), float(b)) for t, b in bias.items())
-        if any(not -100 <= b <= 100 for b in self.values()):
-            raise ValueError("logit_bias values must be in [-100, 100]")
+        if any(not b < float("inf") for b in self.values()):  # (NaN is not either)
+            raise ValueError("logit_bias values must be numbers below +inf")
         self.span, self._tensors = ((min(self), max(self)) if self else (0, 0)), {}
 
     def tensors(self, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -216,6 +217,6 @@ def fan_out(self: SamplingParams) -> list[SamplingParams]:
     """One `SamplingParams` per completion of the `n`; with a seed, completion `j` draws with
     `seed + j`."""
     outs = [replace(self, n=1) for _ in range(self.n)]
-    for j, q in enumerate(outs):  # (set after: a seed + j of -1 is a seed, not vLLM's "no seed")
-        q.seed = None if self.seed is None else self.seed + j
+    for j, q in enumerate(outs):  # (torch's seeds are mod 2**64: none is -1, vLLM's "no seed")
+        q.seed = None if self.seed is None else (self.seed + j) % 2**64
     return outs
