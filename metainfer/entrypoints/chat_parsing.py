@@ -65,9 +65,10 @@ def reply_start(tokenizer, prompt_ids: list[int], parser: str | None, continued:
     r1 = parser == "deepseek_r1"
     if (tag := _last_tag(continued)) is None and r1:
         tag = last_think_tag(tokenizer, prompt_ids)
-    elif tag is None:  # (Qwen3's tags end its prompt: a `<think>` a user wrote is none)
-        end = tokenizer.decode(prompt_ids[-16:]).rstrip()
-        tag = next((t for t in THINK if end.endswith(t)), None)
+    elif tag is None:  # (Qwen3's tags end its prompt, or come just before a continued message)
+        end, text = tokenizer.decode(prompt_ids[-16 - 3 * len(continued) :]), continued.strip()
+        end = (end[: end.rfind(text)] if text and text in end else end).rstrip()
+        tag = next((t for t in THINK if end.endswith(t)), None)  # (not a `<think>` a user wrote)
     if tag is None:
         return REASONING if r1 else MAY_REASON
     return REASONING if tag == THINK[0] else ACTIVE

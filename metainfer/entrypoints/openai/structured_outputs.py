@@ -187,7 +187,9 @@ def request_grammars(
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
         param = "tools" if field == "tool_choice" else field
         raise OpenAIError(f"{param}: {e}", param=param) from None
-    if not isinstance(req, ChatCompletionRequest):  # (a completion's prompt is the model's own)
-        return [so] * len(prompts)
-    starts = [chat_reply_start(req, ids, tokenizer, reasoning_parser) for ids in prompts]
+    chat = isinstance(req, ChatCompletionRequest)  # (a completion's reply is constrained at once)
+    starts = [
+        chat_reply_start(req, ids, tokenizer, reasoning_parser) if chat else ACTIVE
+        for ids in prompts
+    ]
     return [replace(so, **reasoning_token_fields(tokenizer, s)) for s in starts]
