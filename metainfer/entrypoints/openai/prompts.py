@@ -8,6 +8,7 @@ import json
 import logging
 import jinja2
 from ..chat_parsing import reply_start
+from ...engine.grammar_matcher import ACTIVE
 from metainfer.engine.chat_template import (
     RENDER_ARGUMENTS,
     chat_token_ids,
@@ -24,7 +25,7 @@ from metainfer.entrypoints.openai.protocol import (
 
 # %% auto #0
 __all__ = ['prompt_list', 'prompt_count', 'prompt_chars', 'completion_prompts', 'message_text', 'message_dict', 'chat_prompt',
-           'chat_reply_start']
+           'chat_reply_start', 'reply_starts']
 
 # %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c8ac1a7b
 def prompt_list(req: CompletionRequest) -> list[str | list[int]]:
@@ -154,3 +155,10 @@ def chat_reply_start(
     "Where a chat's reply starts (`reply_start`), with the server's reasoning `parser`."
     last = req.messages[-1] if req.continue_final_message and req.messages else None
     return reply_start(tokenizer, prompt_ids, parser, message_text(last) if last else "")
+
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #63643b90
+def reply_starts(req, prompts: list[list[int]], tokenizer, parser: str | None) -> list[str]:
+    "Where each prompt's reply starts: a chat's by `chat_reply_start`, a completion's at once."
+    if not isinstance(req, ChatCompletionRequest):
+        return [ACTIVE] * len(prompts)
+    return [chat_reply_start(req, ids, tokenizer, parser) for ids in prompts]

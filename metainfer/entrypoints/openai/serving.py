@@ -31,7 +31,7 @@ from metainfer.entrypoints.openai.sampling import (
     checked_token_params,
     sampling_params,
 )
-from .prompts import prompt_chars, prompt_count
+from .prompts import prompt_chars, prompt_count, reply_starts
 from .structured_outputs import request_grammars
 from .engine_loop import AsyncLLMEngine, RequestStream, EngineError
 
@@ -212,23 +212,19 @@ async def _prompt_ids(st: ServerState, req: SamplingRequest, prompts_of) -> list
     return prompts
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #12a91499
-async def _choice_params(st: ServerState, req: SamplingRequest, prompts) -> list[SamplingParams]:
-    "Each prompt's `SamplingParams`, with its grammar, if any."
+async def _choice_params(
+    st: ServerState, req: SamplingRequest, prompts, starts: list[str]
+) -> list[SamplingParams]:
+    "Each prompt's `SamplingParams`, with its grammar, if any (`starts`: `reply_starts`')."
     vocab = st.engine.engine.model_config.vocab_size
     checked = await run_in_threadpool(checked_token_params, req, vocab)  # once: long id lists
     params = [  # every prompt checked first
         sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults, checked)
         for ids in prompts
     ]
-    grammars = await run_in_threadpool(
-        request_grammars,
-        req,
-        prompts,
-        st.tokenizer,
-        st.engine.engine.grammars,
-        st.reasoning_parser,
-        st.tool_format,
-    )  # compiled off the event loop and the engine's thread
+    grammars = await run_in_threadpool(  # compiled off the event loop and the engine's thread
+        request_grammars, req, starts, st.tokenizer, st.engine.engine.grammars, st.tool_format
+    )
     if grammars is not None:
         params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]
     if req.bad_words:  # tokenized and indexed here too, once for all the request's choices
@@ -248,24 +244,26 @@ def _fan_out(prompts: list[list[int]], params: list[SamplingParams], n: int) -> 
     ]
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #ea42b913
-def _accepted(st: ServerState, req: SamplingRequest, specs, added, parser_of) -> list[Choice]:
+def _accepted(
+    st: ServerState, req: SamplingRequest, specs, added, parser_of, starts
+) -> list[Choice]:
     "The choices whose engine request was accepted (`added`: a stream or an exception each)."
     return [
-        Choice(k, i, p, s, parser_of and parser_of(st, req, ids))
+        Choice(k, i, p, s, parser_of and parser_of(st, req, starts[i]))
         for k, ((i, ids, p), s) in enumerate(zip(specs, added))
         if isinstance(s, RequestStream)
     ]
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #ad8500bd
 async def _add_all(
-    st: ServerState, req: SamplingRequest, specs, rid: str, parser_of
+    st: ServerState, req: SamplingRequest, specs, rid: str, parser_of, starts: list[str]
 ) -> list[Choice]:
     "Add every choice's engine request; the choices, or the error of the first that failed."
     added = await asyncio.gather(
         *(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
         return_exceptions=True,
     )  # all at once: the engine takes them in one step
-    choices = _accepted(st, req, specs, added, parser_of)
+    choices = _accepted(st, req, specs, added, parser_of, starts)
     if failed := [e for e in added if not isinstance(e, RequestStream)]:
         abort_all(choices)
         if isinstance(failed[0], ValueError):
@@ -298,23 +296,25 @@ async def add_choices(
             param="n",
         )
     prompts = await _prompt_ids(st, req, prompts_of)
-    params = await _choice_params(st, req, prompts)
+    starts = await run_in_threadpool(reply_starts, req, prompts, st.tokenizer, st.reasoning_parser)
+    params = await _choice_params(st, req, prompts, starts)
     specs = _fan_out(prompts, params, n)
     engine_id = f"{prefix}-{uuid.uuid4().hex}"
     rid = f"{prefix}-{named}" if named else engine_id
     if st.log_requests:
         lens = [len(ids) for ids in prompts]
         logging.getLogger("metainfer").info(f"request {rid}: prompt tokens {lens}, {params[0]}")
-    return model, await _add_all(st, req, specs, engine_id, parser_of), rid
+    return model, await _add_all(st, req, specs, engine_id, parser_of, starts), rid
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #11066924
 async def submit(
     request: Request, cls: type[SamplingRequest], prompts_of, prefix: str, parser_of=None
 ):
     """Validate, tokenize and add a request's choices, `n` per prompt; returns `(request, model
-    name, choices, response id)`. `parser_of(state, request, prompt ids)`: each choice's
-    `ChatOutputParser`. The response is named by an `X-Request-Id` header (of at most 256
-    characters, as the body's), else by the body's `request_id`, as vLLM names it (`cmpl-{id}`)."""
+    name, choices, response id)`. `parser_of(state, request, start)`: each choice's
+    `ChatOutputParser`, given where its prompt's reply starts (`reply_starts`). The response is
+    named by an `X-Request-Id` header (of at most 256 characters, as the body's), else by the
+    body's `request_id`, as vLLM names it (`cmpl-{id}`)."""
     st, req = await read_request(request, cls)
     if len(named := request.headers.get("x-request-id") or req.request_id or "") > 256:
         raise OpenAIError("X-Request-Id: longer than 256 characters", param="X-Request-Id")

@@ -11,7 +11,7 @@ from ...engine.outputs import RequestOutput
 from ...engine.grammar_matcher import REASONING
 from ..chat_parsing import ChatOutputParser
 from .protocol import ChatCompletionRequest
-from .prompts import chat_prompt, chat_reply_start, message_text
+from .prompts import chat_prompt, message_text
 from metainfer.entrypoints.openai.formatting import (
     json_response,
     usage,
@@ -33,13 +33,10 @@ from .streaming import event_stream, stream_events, final_outputs
 __all__ = ['output_parser', 'chat_completions']
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #0fccfb17
-def output_parser(
-    st: ServerState, req: ChatCompletionRequest, prompt_ids: list[int]
-) -> ChatOutputParser:
-    """How a chat's text is split: reasoning with the server's reasoning parser, tool calls when the
-    request sends tools."""
+def output_parser(st: ServerState, req: ChatCompletionRequest, start: str) -> ChatOutputParser:
+    """How a chat's text is split: reasoning with the server's reasoning parser (from `start`,
+    where the reply starts: `reply_starts`'), tool calls when the request sends tools."""
     last = (req.messages or [None])[-1]
-    start = chat_reply_start(req, prompt_ids, st.tokenizer, st.reasoning_parser)
     parser = ChatOutputParser(
         st.reasoning_parser is not None,
         tools=bool(req.tools) and req.tool_choice != "none",

@@ -13,7 +13,6 @@ from ...engine.structured_outputs import StructuredOutputsParams, no_additional_
 from ...engine.grammar_matcher import ACTIVE, MAY_REASON
 from ..chat_parsing import TOOL_FORMATS, ToolFormat, think_token_ids
 from .protocol import ChatCompletionRequest, OpenAIError
-from .prompts import chat_reply_start
 
 # %% auto #0
 __all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_token_fields',
@@ -169,10 +168,9 @@ def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #ef49c78e
 def request_grammars(
     req,
-    prompts: list[list[int]],  # the request's prompts, as token ids
+    starts: list[str],  # where each prompt's reply starts (`reply_starts`, `16c_prompts`)
     tokenizer,
     grammars: GrammarCompiler | None,  # the engine's (`None`: a model without a tokenizer)
-    reasoning_parser: str | None,  # the server's (`None`: no reasoning)
     tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes tool calls
 ) -> list[StructuredOutputsParams] | None:
     """Each prompt's structured outputs (compiled and cached), or `None` if the request asks for
@@ -187,9 +185,4 @@ def request_grammars(
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
         param = "tools" if field == "tool_choice" else field
         raise OpenAIError(f"{param}: {e}", param=param) from None
-    chat = isinstance(req, ChatCompletionRequest)  # (a completion's reply is constrained at once)
-    starts = [
-        chat_reply_start(req, ids, tokenizer, reasoning_parser) if chat else ACTIVE
-        for ids in prompts
-    ]
     return [replace(so, **reasoning_token_fields(tokenizer, s)) for s in starts]
