@@ -129,7 +129,7 @@ def admit(
         (
             "structured_outputs",
             "reasoning token ids",
-            [getattr(so, f, 0) or 0 for f in SEQUENCE_FIELDS],
+            [t for f in SEQUENCE_FIELDS if (t := getattr(so, f, None)) is not None],
         ),
     ]:
         if any(not 0 <= t < vocab_size for t in xs):

@@ -53,8 +53,10 @@ def matcher(self: GrammarMatcher):
 def ready(self: GrammarMatcher) -> bool:
     """Whether its matcher is built (the scheduler starts a sequence only then); a build that failed
     is the sequence's `error` (it ends at its first token, alone)."""
-    if not isinstance(self._matcher, Future) or not self._matcher.done():
-        return not isinstance(self._matcher, Future)
+    if not isinstance(self._matcher, Future):  # (built)
+        return True
+    if not self._matcher.done():
+        return False
     if (e := self._matcher.exception()) is not None and self.error is None:
         logging.getLogger("metainfer").warning(f"a grammar failed to build: {e!r}")
         self.error = f"the grammar could not be built: {e}"

@@ -156,7 +156,7 @@ def chat_reply_start(
     last = req.messages[-1] if req.continue_final_message and req.messages else None
     return reply_start(tokenizer, prompt_ids, parser, message_text(last) if last else "")
 
-# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #63643b90
+# %% ../../../nbs/entrypoints/openai/16c_prompts.ipynb #c0557493
 def reply_starts(req, prompts: list[list[int]], tokenizer, parser: str | None) -> list[str]:
     "Where each prompt's reply starts: a chat's by `chat_reply_start`, a completion's at once."
     if not isinstance(req, ChatCompletionRequest):
