@@ -6,6 +6,7 @@ import multiprocessing as mp
 import pytest
 from metainfer import LLM, LLMEngine, SamplingParams
 from metainfer.config import load_model_config
+from metainfer.engine.scheduler import PROMPT_LOGPROB_ENTRIES
 from metainfer.testing import hf_greedy
 from test_generate_vs_hf import random_prompts
 
@@ -84,6 +85,23 @@ def test_prompt_logprobs_over_chunks(checkpoints):
     assert chunked[0] is None and len(chunked) == len(whole) == 50 and None not in chunked[1:]
     for a, b in zip(chunked[1:], whole[1:]):
         assert a.keys() == b.keys()
+        assert all(abs(a[t].logprob - b[t].logprob) < 1e-4 for t in a)
+
+
+def test_prompt_logprobs_bound_a_steps_chunk(checkpoints):
+    """A prompt scored with k=20 takes chunks of at most PROMPT_LOGPROB_ENTRIES // 21 tokens (their
+    entries are built on the engine's thread), and scores as one whole prefill does."""
+    ckpt = checkpoints("qwen3-tiny")
+    prompt = random_prompts(1, seed=37, lo=900, hi=900)[0]
+    params = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=20)
+    got, cap = [], PROMPT_LOGPROB_ENTRIES // 21
+    for chunked in (True, False):
+        llm = LLM(ckpt, dtype="float32", device="cpu", enable_chunked_prefill=chunked)
+        steps = recorded_batches(llm.engine)
+        got.append(llm.generate([prompt], params, use_tqdm=False)[0].prompt_logprobs)
+        assert [p for _, p in steps if p] == ([[cap], [900 - cap]] if chunked else [[900]])
+    for a, b in zip(*(g[1:] for g in got)):
+        assert a.keys() == b.keys() and len(a) >= 20
         assert all(abs(a[t].logprob - b[t].logprob) < 1e-4 for t in a)
 
 

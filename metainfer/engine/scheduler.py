@@ -12,7 +12,7 @@ from .sequence import NO_TOKEN, Sequence, SequenceStatus
 from .block_manager import BlockManager
 
 # %% auto #0
-__all__ = ['ScheduledBatch', 'Scheduler']
+__all__ = ['PROMPT_LOGPROB_ENTRIES', 'ScheduledBatch', 'Scheduler']
 
 # %% ../../nbs/engine/11_scheduler.ipynb #29247fbd
 @dataclass
@@ -89,14 +89,19 @@ def add(self: Scheduler, seq: Sequence) -> None:
 def has_unfinished(self: Scheduler) -> bool:
     return bool(self.waiting or self.running)
 
+# %% ../../nbs/engine/11_scheduler.ipynb #802f231a
+PROMPT_LOGPROB_ENTRIES = 16384  # a sequence's prompt logprob entries a step: tokens x (k + 1)
+
 # %% ../../nbs/engine/11_scheduler.ipynb #efad8b6b
 @patch
 def _chunk(self: Scheduler, seq: Sequence, budget: int, rows: list) -> int:
-    """Add a row for `seq`'s next prompt chunk (at most `budget` tokens); the blocks it fills join
-    the prefix cache now, for later rows of this step too (every layer stores a step's K/V before
-    it attends). How many tokens it takes."""
+    """Add a row for `seq`'s next prompt chunk (at most `budget` tokens, fewer for scored prompt
+    tokens); the blocks it fills join the prefix cache now, for later rows of this step too (every
+    layer stores a step's K/V before it attends). How many tokens it takes."""
     start = seq.num_computed_tokens
     n = min(len(seq.token_ids) - start, budget)
+    if seq.prompt_logprobs_due and self.enable_chunked_prefill:
+        n = min(n, max(1, PROMPT_LOGPROB_ENTRIES // (seq.params.prompt_logprobs + 1)))
     self.bm.cache_computed(seq, start, start + n)
     rows.append((seq, n))
     return n
