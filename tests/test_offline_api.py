@@ -4,6 +4,7 @@
 vLLM documents it. One tiny CPU engine serves the module."""
 
 import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import metainfer
 from metainfer import LLM, RequestOutputKind, SamplingParams
 from metainfer.inputs import TextPrompt, TokensPrompt
+from metainfer.testing import trained_model_dir
 
 MAX_MODEL_LEN = 64
 
@@ -298,3 +300,21 @@ def test_max_model_len_left_unset_fits_the_kv_cache_with_a_warning(checkpoints, 
         with LLM(str(checkpoints("qwen3-tiny")), device="cpu", num_kv_blocks=4) as small:
             assert small.engine.max_model_len == 4 * 16
     assert "max_model_len is 64, what the KV cache holds" in caplog.text
+
+
+def test_the_checkpoints_other_eos_ids_report_themselves(tmp_path):
+    """As vLLM: the tokenizer's EOS ends a completion with no stop_reason; another EOS id of the
+    checkpoint's generation_config (vLLM makes them stop tokens) is its stop_reason."""
+    model = tmp_path / "model"
+    shutil.copytree(trained_model_dir("qwen3"), model)
+    config = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps(config | {"eos_token_id": [0, 2]}))
+    with LLM(str(model), device="cpu", num_kv_blocks=16, max_model_len=64) as llm:
+        outs = [
+            llm.generate("In the", SamplingParams(allowed_token_ids=[t]), use_tqdm=False)[0]
+            for t in (0, 2)
+        ]
+    got = [
+        (o.outputs[0].token_ids, o.outputs[0].finish_reason, o.outputs[0].stop_reason) for o in outs
+    ]
+    assert got == [([0], "stop", None), ([2], "stop", 2)]

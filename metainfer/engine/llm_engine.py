@@ -63,9 +63,8 @@ class LLMEngine:
         self._token_texts: dict[int, str] = {}  # token id -> its text, for logprobs
         self._by_seq, self._last_read = {}, 0.0  # (seq id -> its request; the last read-back)
         self.in_flight: LaunchedStep | None = None  # async scheduling: the step not read back yet
-        # structured outputs' compiler and cache of grammars (llguidance loads at the first)
-        self.grammars = (
-            GrammarCompiler(self.tokenizer, mc.vocab_size) if self.tokenizer is not None else None
+        self.grammars = (  # structured outputs' compiled grammars (llguidance loads at the first)
+            None if self.tokenizer is None else GrammarCompiler(self.tokenizer, mc.vocab_size)
         )
         self._mask_buffer = torch.empty(  # where a step's token bitmask is made (reused)
             (config.max_num_seqs, (mc.vocab_size + 31) // 32),
@@ -253,8 +252,9 @@ def _outputs(self: LLMEngine, launched: LaunchedStep, token_ids: list[int]) -> l
                 r.prompt_logprobs[j] = logprob_entry(seq.token_ids[j], *s, k, text(r))
     # not aborted or done
     reqs = [r for s in batch.sampling if (r := self._by_seq.get(s.seq_id)) is not None]
-    eos, finish = self.scheduler.eos_token_ids, self.scheduler.finish
-    outputs = [o for r in reqs if r.reports and ((o := r.output(eos, finish)).finished or r.stream)]
+    eos = getattr(self.tokenizer, "eos_token_id", None)  # (the one that reports no stop_reason)
+    stops = self.scheduler.eos_token_ids, self.scheduler.finish, eos
+    outputs = [o for r in reqs if r.reports and ((o := r.output(*stops)).finished or r.stream)]
     for o in outputs:
         if o.finished:
             del self._by_seq[self.requests.pop(o.request_id).seq.seq_id]

@@ -193,13 +193,14 @@ def output(
     self: Request,
     eos_token_ids: set[int],  # the engine's end-of-sequence ids
     finish: Callable[[Sequence, str], None],  # retires a sequence that a stop string ended
+    eos_token_id: int | None = None,  # the tokenizer's EOS id (its stop reports no `stop_reason`)
 ) -> RequestOutput:
     """The request's output so far, its text cut at the first stop string; until it finishes, never
     text that a stop string could still remove (vLLM's stop buffer)."""
     seq, text, p = self.seq, "", self.seq.params
     stop_token = self.stop_token(eos_token_ids) if self.stop_reason is None else None
-    if stop_token is not None and stop_token in p.stop_token_set:
-        self.stop_reason = stop_token  # (vLLM's: not for EOS)
+    if stop_token is not None and (stop_token != eos_token_id or p.ignore_eos):
+        self.stop_reason = stop_token  # (vLLM's: a stop token, or another EOS id; not the EOS)
     if self.detok is not None and self.reports:
         ids = seq.completion_token_ids  # a stop token's text is left out, as a stop string is
         self.detok.add(
