@@ -115,7 +115,7 @@ def test_output_kind(llm):
 
 def test_output_kind_with_n_and_in_the_engine(llm):
     """DELTA with `n > 1` gives each completion's finish once (only completions that moved come);
-    the engine's own `step` keeps FINAL_ONLY's outputs for the end and refuses DELTA by name."""
+    the engine's own `step` keeps FINAL_ONLY's outputs for the end, and gives DELTA's new tokens."""
     kind = RequestOutputKind
     sampled = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=6, output_kind=kind.DELTA)
     outs = list(llm.stream("hello", sampled))
@@ -132,8 +132,17 @@ def test_output_kind_with_n_and_in_the_engine(llm):
     while engine.has_unfinished_requests():
         got += engine.step()
     assert [(o.request_id, o.finished) for o in got] == [("final", True)]
-    with pytest.raises(ValueError, match="DELTA: use LLM.stream"):
-        engine.add_request("delta", "hello", greedy(max_tokens=4, output_kind=kind.DELTA))
+    engine.add_request("delta", "hello", replace(sampled, output_kind=kind.DELTA, logprobs=1))
+    got = []
+    while engine.has_unfinished_requests():
+        got += engine.step()
+    for c in whole[0].outputs:  # (the same seeds: the same completions, cut step by step)
+        mine = [d for o in got for d in o.outputs if d.index == c.index]
+        assert [len(d.token_ids) for d in mine] == [1] * 6 and len(mine[0].logprobs) == 1
+        assert ([t for d in mine for t in d.token_ids], "".join(d.text for d in mine)) == (
+            c.token_ids,
+            c.text,
+        )
 
 
 def test_params_changed_after_they_were_made(llm):

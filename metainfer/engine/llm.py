@@ -15,7 +15,7 @@ from ..vllm_args import check_vllm_args
 from ..inputs import PromptType, prompt_list
 from .sampling_params import RequestOutputKind, SamplingParams
 from .chat_template import RENDER_ARGUMENTS, chat_token_ids
-from .outputs import CompletionOutput, RequestOutput
+from .outputs import CompletionOutput, RequestOutput, delta
 from .llm_engine import LLMEngine
 
 # %% auto #0
@@ -36,8 +36,7 @@ def as_delta(out: RequestOutput, seen: dict) -> RequestOutput:
     for c in out.outputs:
         chars, toks = sent.get(c.index, (0, 0))
         sent[c.index] = (len(c.text), len(c.token_ids))
-        lps = None if c.logprobs is None else c.logprobs[toks:]
-        outs.append(replace(c, text=c.text[chars:], token_ids=c.token_ids[toks:], logprobs=lps))
+        outs.append(delta(c, chars, toks))
     return replace(out, outputs=outs, prompt_logprobs=out.prompt_logprobs if first else None)
 
 # %% ../../nbs/engine/14a_llm.ipynb #2f76a10a
@@ -133,8 +132,8 @@ def _submit(self: LLM, prompts, sampling_params, stream: bool):
         ids.append(str(next(self._ids)))
         self._open.add(ids[-1])
         try:
-            delta = sp.output_kind == RequestOutputKind.DELTA  # (cut here: `stream`)
-            cumulative = replace(sp, output_kind=RequestOutputKind.CUMULATIVE) if delta else sp
+            cut_here = sp.output_kind == RequestOutputKind.DELTA  # (by `stream`: `as_delta`)
+            cumulative = replace(sp, output_kind=RequestOutputKind.CUMULATIVE) if cut_here else sp
             self.engine.add_request(ids[-1], p, cumulative, stream)
         except BaseException as e:  # (whatever it was: none of the call's requests stay queued)
             self._abort(ids)

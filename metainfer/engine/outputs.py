@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/13c_outputs.ipynb #11aa8029
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 from fastcore.basics import patch
 from .sampling_params import RequestOutputKind, SamplingParams
@@ -12,7 +12,7 @@ from .sequence import Sequence
 
 # %% auto #0
 __all__ = ['Logprob', 'CompletionOutput', 'RequestOutput', 'IncrementalDetokenizer', 'request_detokenizer', 'StopStrings',
-           'Request', 'streams', 'logprob_entry']
+           'Request', 'streams', 'delta', 'logprob_entry']
 
 # %% ../../nbs/engine/13c_outputs.ipynb #068f4f8b
 @dataclass
@@ -135,6 +135,7 @@ class Request:
     cumulative_logprob: float = 0.0
     # once its prompt ran, if it asks
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
+    sent: tuple[int, int] | None = None  # `DELTA`: the characters and tokens output so far
 
     def __post_init__(self):  # room for the logprobs its params ask for
         p, n = self.seq.params, self.seq.num_prompt_tokens
@@ -152,11 +153,8 @@ def reports(self: Request) -> bool:
 
 # %% ../../nbs/engine/13c_outputs.ipynb #5e702fb5
 def streams(params: SamplingParams, stream: bool = True) -> bool:
-    """Whether the engine gives a request's output each step it advances (`stream`), or only at its
-    end (`FINAL_ONLY`); a `ValueError` for `DELTA`: the engine's outputs are whole so far (vLLM's
-    `CUMULATIVE`; `LLM.stream` cuts them)."""
-    if params.output_kind == RequestOutputKind.DELTA:
-        raise ValueError("output_kind DELTA: use LLM.stream; the engine's outputs are cumulative")
+    """Whether the engine gives a request's output each step it advances (`stream`: all so far, or
+    with `DELTA` what is new), or only at its end (`FINAL_ONLY`)."""
     return stream and params.output_kind != RequestOutputKind.FINAL_ONLY
 
 # %% ../../nbs/engine/13c_outputs.ipynb #6f7e6892
@@ -168,6 +166,12 @@ def stop_token(self: Request, eos_token_ids: set[int]) -> int | None:
     if not (seq.is_finished and seq.finish_reason == "stop"):
         return None
     return t if t in p.stop_token_set or (t in eos_token_ids and not p.ignore_eos) else None
+
+# %% ../../nbs/engine/13c_outputs.ipynb #0319e2d0
+def delta(c: CompletionOutput, chars: int, tokens: int) -> CompletionOutput:
+    "`c` less its first `chars` characters and `tokens` tokens and their logprobs (vLLM's `DELTA`)."
+    lps = None if c.logprobs is None else c.logprobs[tokens:]
+    return replace(c, text=c.text[chars:], token_ids=c.token_ids[tokens:], logprobs=lps)
 
 # %% ../../nbs/engine/13c_outputs.ipynb #044c5695
 def logprob_entry(
@@ -224,7 +228,7 @@ def output(
         elif self.stops and not seq.is_finished and not p.include_stop_str_in_output:
             hold = self.stops.longest - 1  # a stop string may still begin in the last characters
             text = text[: max(0, len(text) - hold)]
-    asked = self.logprobs is not None
+    asked, prompt_lps = self.logprobs is not None, self.prompt_logprobs
     out = CompletionOutput(
         0,
         text,
@@ -234,11 +238,15 @@ def output(
         seq.finish_reason,
         self.stop_reason,
     )
+    if p.output_kind == RequestOutputKind.DELTA and self.stream:  # only what is new since the last
+        if self.sent is not None:  # (the prompt's logprobs: in the first only)
+            out, prompt_lps = delta(out, *self.sent), None
+        self.sent = (len(text), len(seq.completion_token_ids))
     return RequestOutput(
         self.request_id,
         self.prompt,
         seq.token_ids[: seq.num_prompt_tokens],
-        self.prompt_logprobs,
+        prompt_lps,
         [out],
         seq.is_finished,
         num_cached_tokens=seq.num_cached_tokens,
