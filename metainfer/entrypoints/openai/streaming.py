@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 from fastapi import Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.background import BackgroundTask
 from ...engine.outputs import RequestOutput
 from .protocol import OpenAIError, SamplingRequest
@@ -139,11 +140,11 @@ async def choice_events(
             echo_now = echo is not None and first  # the prompt goes first, with its logprobs
             if echo_now:
                 text = echo + text
-            lps = (
-                choice_logprobs(req, out, start, offset, echo_now, tokenizer)
-                if len(out.outputs[0].token_ids) > start or echo_now
-                else None
-            )
+            lps, args = None, (req, out, start, offset, echo_now, tokenizer)
+            if echo_now:  # (a long prompt's logprobs: built off the event loop)
+                lps = await run_in_threadpool(choice_logprobs, *args)
+            elif len(out.outputs[0].token_ids) > start:
+                lps = choice_logprobs(*args)
             if (entry := _chunk(c, req, chat, text, start, out, lps, first)) is None:
                 continue
             yield entry, out
@@ -182,12 +183,14 @@ async def stream_events(
     try:
         async for choice, out in _events(choices, req, chat, echoes, tokenizer, last):
             so_far = continuous and last.get(choice["index"])
-            yield sse(
+            event = (
                 head
                 | {"choices": [choice]}
                 | ({"prompt_token_ids": out.prompt_token_ids} if prompt_ids and out else {})
                 | ({"usage": usage([so_far], 1, cached)} if so_far else {})
-            )
+            )  # (an echoed prompt's logprobs: written off the event loop)
+            many = len((choice.get("logprobs") or {}).get("tokens") or ())
+            yield await run_in_threadpool(sse, event) if many > 1024 else sse(event)
             prompt_ids = prompt_ids and out is None
         if opts and opts.include_usage and len(last) == len(choices):
             yield sse(
