@@ -42,11 +42,17 @@ def copy_bandwidth(device, nbytes: int = 2 << 30, iters: int = 10) -> float:
 
 # %% ../../nbs/bench/18a_common.ipynb #e336ab66
 def gemm_flops(device, n: int = 8192, dtype: str = "bfloat16", iters: int = 10) -> float:
-    "Dense matrix-product rate in FLOP/s on random data."
+    """Dense matrix-product rate in FLOP/s on random data; an FP8 `dtype`'s by torch's scaled
+    product (cuBLAS's FP8 GEMM, unit scales, bf16 out)."""
     import torch
 
-    a, b = (torch.randn(n, n, device=device, dtype=getattr(torch, dtype)) for _ in range(2))
-    return 2 * n**3 / time_cuda(lambda: a @ b, iters)
+    dt = getattr(torch, dtype)
+    a, b = (torch.randn(n, n, device=device).to(dt) for _ in range(2))
+    if dt.itemsize > 1:
+        return 2 * n**3 / time_cuda(lambda: a @ b, iters)
+    one = torch.ones((), device=device)
+    product = lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+    return 2 * n**3 / time_cuda(product, iters)
 
 # %% ../../nbs/bench/18a_common.ipynb #1d7b41ee
 def _param_bytes(params, elements: bool = False) -> int:
@@ -84,17 +90,19 @@ def decode_roofline(
 def throughput_bound(
     input_lens: list[int],
     output_lens: list[int],
-    params: int,
+    params: int,  # in a token's matrix products
     weight_bytes,
     kv_bytes_per_token: int,
     bandwidth: float,
     flops: float,
     max_batch: int,
+    head_params: int = 0,  # of `params`, the LM head's: a prompt's last token only goes through it
 ) -> dict:
     """The time of an offline workload if every step ran at the limits, `max_batch` sequences at a
     time (a finished one's place taken at once, the longest first); the output tokens/s it
     allows."""
-    prefill_s = 2 * params * sum(input_lens) / flops
+    prompt_flops = 2 * ((params - head_params) * sum(input_lens) + head_params * len(input_lens))
+    prefill_s = prompt_flops / flops
     queue = sorted(range(len(input_lens)), key=lambda i: output_lens[i])  # pops the longest
     decode_s, live = 0.0, {}  # sequence -> tokens it has made (its prefill made the first)
     while queue or live:
@@ -152,6 +160,8 @@ class Card:
     kv_per_token: int  # KV-cache bytes per token (per rank)
     dense_params: int  # `dense`'s parameters (FP8 weights: a byte each; bf16: two)
     full_params: int  # `full`'s
+    fp8_params: int = 0  # of a token's parameters (`params_per_token`), those stored in FP8
+    head_params: int = 0  # the LM head's (per rank)
 
 # %% ../../nbs/bench/18a_common.ipynb #36ada189
 @patch
@@ -164,6 +174,15 @@ def weights_at(self: Card, batch: int) -> int:
 def params_per_token(self: Card) -> int:
     "Parameters in a token's matrix products: the streamed weights, its `k` experts only."
     return round(self.dense_params + (self.full_params - self.dense_params) * self.k_of_e)
+
+# %% ../../nbs/bench/18a_common.ipynb #93731079
+def _fp8_params_per_token(model, k_of_e: float) -> int:
+    "Of a token's parameters, those stored in FP8 (routed experts: its `k` only)."
+    from metainfer.layers.moe import FusedMoE
+
+    fp8 = lambda ps: sum(p.numel() for p in ps if p.dtype.itemsize == 1)
+    experts = fp8(p for m in model.modules() if isinstance(m, FusedMoE) for p in m.parameters())
+    return round(fp8(model.parameters()) - experts * (1 - k_of_e))
 
 # %% ../../nbs/bench/18a_common.ipynb #5d148ae7
 def measure_card(llm) -> Card:
@@ -179,4 +198,6 @@ def measure_card(llm) -> Card:
         for f in (0.0, 1.0)
     )
     kv_per_token = runner.kv_pool_bytes // (runner.num_kv_blocks * runner.block_size)
-    return Card(bw, dense, full, k_of_e, kv_per_token, dense_params, full_params)
+    fp8 = _fp8_params_per_token(runner.model, k_of_e)
+    head = runner.model.lm_head.weight.numel()
+    return Card(bw, dense, full, k_of_e, kv_per_token, dense_params, full_params, fp8, head)

@@ -203,6 +203,8 @@ def main(args: argparse.Namespace) -> dict:
     "`metainfer bench latency`: measure, then the HF peers; write JSON and a bar chart."
     if args.peer == "hf" and args.batch_size != 1:  # (a chart of our B=8 beside HF's B=1 misleads)
         raise SystemExit("--peer hf times HF at batch 1 only: run it with --batch-size 1")
+    if args.output_len < 3:  # (TPOT: the steps between the batch's first and last tokens)
+        raise SystemExit("--output-len must be at least 3 to time steps between tokens")
     res, device, dtype = measure(args)
     free_memory()
     if args.peer == "hf":

@@ -101,9 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 # %% ../../nbs/bench/18e_throughput.ipynb #740725b4
-def _roofline(card, m: dict, flops: float, max_num_seqs: int) -> dict:
-    "`throughput_bound` of the run `m` on `card` at `flops`, `max_num_seqs` at a time."
-    params = card.params_per_token()
+def _roofline(card, m: dict, flops: float, max_num_seqs: int, fp8_flops: float = 0.0) -> dict:
+    """`throughput_bound` of the run `m` on `card`, `max_num_seqs` at a time: its FP8 weights'
+    products at `fp8_flops`, the others' at `flops`."""
+    params, fp8 = card.params_per_token(), card.fp8_params
+    rate = params / ((params - fp8) / flops + (fp8 / fp8_flops if fp8 else 0))
     return throughput_bound(
         m["input_lens"],
         m["output_lens"],
@@ -111,8 +113,9 @@ def _roofline(card, m: dict, flops: float, max_num_seqs: int) -> dict:
         card.weights_at,
         card.kv_per_token,
         card.bandwidth,
-        flops,
+        rate,
         max_num_seqs,
+        card.head_params,
     )
 
 # %% ../../nbs/bench/18e_throughput.ipynb #4ccc654c
@@ -129,8 +132,9 @@ def measure(args: argparse.Namespace) -> dict:
         res |= profile_throughput(llm, args, m["output_lens"])
     if card.bandwidth:
         flops = gemm_flops(runner.device)
-        res["hardware"]["gemm_flops"] = flops
-        res["roofline"] = _roofline(card, m, flops, args.max_num_seqs)
+        fp8 = gemm_flops(runner.device, dtype="float8_e4m3fn") if card.fp8_params else 0.0
+        res["hardware"] |= {"gemm_flops": flops} | ({"gemm_flops_fp8": fp8} if fp8 else {})
+        res["roofline"] = _roofline(card, m, flops, args.max_num_seqs, fp8)
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement
     llm.shutdown()
     return res
