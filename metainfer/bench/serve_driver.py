@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import time
 from dataclasses import dataclass, field
 import numpy as np
@@ -225,6 +226,18 @@ async def _served_model(session, base_url: str, headers: dict, model: str | None
         resp.raise_for_status()
         return next(c for c in (await resp.json())["data"] if model in (None, c["id"]))
 
+# %% ../../nbs/bench/18ga_serve_driver.ipynb #f6ca25f1
+async def _server_settings(session, base_url: str, headers: dict) -> dict | None:
+    """The settings a metainfer server gives in `/metrics` (`metainfer:engine_config_info`'s
+    labels, as text), so that a result names them; `None` from a server without them."""
+    async with session.get(f"{base_url}/metrics", headers=headers) as resp:
+        text = await resp.text() if resp.status == 200 else ""
+    for line in text.splitlines():
+        if line.startswith("metainfer:engine_config_info{"):  # (Prometheus escapes as JSON does)
+            pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line)
+            return {k: json.loads(f'"{v}"') for k, v in pairs}
+    return None
+
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #60b3f508
 def _levels(
     concurrency: list[int] | None,
@@ -283,6 +296,7 @@ async def benchmark(
         timeout=aiohttp.ClientTimeout(total=timeout_s), connector=aiohttp.TCPConnector(limit=0)
     ) as session:
         card = await _served_model(session, base_url, headers, model)
+        settings = await _server_settings(session, base_url, headers)
         max_len = card.get("max_model_len") or 4096
         reqs = sample_requests(sum(sizes), seed, input_len, output_len, max_len, chat)
 
@@ -300,6 +314,7 @@ async def benchmark(
         "endpoint": url,
         "model": card["id"],
         "server_max_model_len": card.get("max_model_len"),
+        "server_settings": settings,
         "sweep": "request_rate" if request_rate else "concurrency",
         "input_len_mean": input_len,
         "output_len_mean": output_len,

@@ -8,7 +8,8 @@ import asyncio
 import random
 import time
 from pathlib import Path
-from .serve_driver import BenchRequest, _served_model, request_body, run_level
+from .serve_driver import BenchRequest, _served_model, _server_settings
+from .serve_driver import request_body, run_level
 from .serve_driver import TOKEN_RANGE, sample_requests, send_request, stats_ms
 
 # %% auto #0
@@ -149,6 +150,7 @@ async def mixed_benchmark(
         timeout=aiohttp.ClientTimeout(total=timeout_s), connector=aiohttp.TCPConnector(limit=0)
     ) as session:
         card = await _served_model(session, base_url, headers, model)
+        settings = await _server_settings(session, base_url, headers)
         max_len = card.get("max_model_len")
         _check_fits(max_len, stream_input_len + stream_output_len, long_input_len + long_output_len)
 
@@ -171,6 +173,7 @@ async def mixed_benchmark(
         "endpoint": url,
         "model": card["id"],
         "server_max_model_len": max_len,
+        "server_settings": settings,
         "mixed": {
             "streams": streams,
             "stream_input_len": stream_input_len,

@@ -30,7 +30,11 @@ from .serving_chat import chat_completions
 from .serving_responses import responses
 from .serving_tokens import tokenize, detokenize
 from .serving_status import health, models, model, metrics, version
-from .metrics import ServerMetrics, cache_config_info
+from metainfer.entrypoints.openai.metrics import (
+    ServerMetrics,
+    cache_config_info,
+    engine_config_info,
+)
 
 # %% auto #0
 __all__ = ['CORS_DEFAULTS', 'http_error', 'internal_error', 'build_app', 'engine_server', 'serve_main']
@@ -144,7 +148,12 @@ def build_app(
         sampling_defaults=engine.engine.generation_defaults,
         tool_format=TOOL_FORMATS[tool_call_parser],
         log_requests=log_requests,
-        metrics=ServerMetrics(names[0], engine.max_model_len, cache_config_info(engine.engine)),
+        metrics=ServerMetrics(
+            names[0],
+            engine.max_model_len,
+            cache_config_info(engine.engine),
+            engine_config_info(engine.engine),
+        ),
         return_tokens_as_token_ids=return_tokens_as_token_ids,
         enable_prompt_tokens_details=enable_prompt_tokens_details,
         enable_force_include_usage=enable_force_include_usage,

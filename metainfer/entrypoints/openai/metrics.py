@@ -5,13 +5,13 @@
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #me01
 from __future__ import annotations
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from fastcore.basics import patch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'TTFT_BUCKETS', 'TOKEN_GAP_BUCKETS', 'REQUEST_BUCKETS', 'build_1_2_5_buckets', 'RequestTimes',
-           'ServerMetrics', 'cache_config_info']
+           'ServerMetrics', 'cache_config_info', 'engine_config_info']
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #4713679d
 FINISH_REASONS = ("stop", "length", "abort", "error")  # `finished_reason` label values
@@ -49,7 +49,13 @@ class ServerMetrics:
     """vLLM's metric names, types, buckets and labels in a `CollectorRegistry` of this server's own;
     the engine thread calls `added`, `stepped` and `ended`, a scrape calls `exposition`."""
 
-    def __init__(self, model_name: str, max_model_len: int, cache_info: dict | None = None):
+    def __init__(
+        self,
+        model_name: str,
+        max_model_len: int,
+        cache_info: dict | None = None,  # `cache_config_info`'s labels
+        engine_info: dict | None = None,  # `engine_config_info`'s
+    ):
         self.registry, self.requests = CollectorRegistry(), {}
         self.labels = {"model_name": model_name, "engine": "0"}
         self.cumulative = {"preemptions": 0, "queries": 0, "hits": 0}  # the engine's, last seen
@@ -59,10 +65,14 @@ class ServerMetrics:
         self.in_engine = g("num_requests_in_engine", "Requests the engine holds.", "metainfer")
         self.free_blocks = g("num_free_kv_blocks", "Free KV blocks.", "metainfer")
         self.num_blocks = g("num_kv_blocks", "KV blocks in the pool.", "metainfer")
-        if cache_info:  # (vLLM's: the KV cache's settings as labels, the value 1)
-            doc = "Information of the LLMEngine CacheConfig"
-            info = Gauge("vllm:cache_config_info", doc, list(cache_info), registry=self.registry)
-            info.labels(**{k: str(v) for k, v in cache_info.items()}).set(1)
+        infos = {  # (vLLM's way: settings as labels, the value 1)
+            "vllm:cache_config_info": ("Information of the LLMEngine CacheConfig", cache_info),
+            "metainfer:engine_config_info": ("The engine's settings and device", engine_info),
+        }
+        for name, (doc, info) in infos.items():
+            if info:
+                gauge = Gauge(name, doc, list(info), registry=self.registry)
+                gauge.labels(**{k: str(v) for k, v in info.items()}).set(1)
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #d29bc5e2
 @patch
@@ -229,3 +239,13 @@ def cache_config_info(engine) -> dict:
         "gpu_memory_utilization": c.gpu_memory_utilization,
         "num_gpu_blocks": engine.runner.num_kv_blocks,
     }
+
+# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #acae54e37e7d407bbb7b55eff062a284
+def engine_config_info(engine) -> dict:
+    """The labels of `metainfer:engine_config_info` for an `LLMEngine`: its `EngineConfig` and the
+    name of the device it runs on."""
+    import torch
+
+    device = engine.runner.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return asdict(engine.config) | {"device_name": name}
