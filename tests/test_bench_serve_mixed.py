@@ -50,7 +50,7 @@ def test_bench_serve_mixed(server, tmp_path, capsys):
     assert res["workload"] == "mixed" and res["model"] == "tiny"
     settings = res["server_settings"]  # (the server's own, from its /metrics)
     assert (settings["max_model_len"], settings["num_kv_blocks"]) == (str(MAX_MODEL_LEN), "256")
-    assert (settings["device"], settings["device_name"]) == ("cpu", "cpu")
+    assert (settings["device_name"], settings["dtype"]) == ("cpu", "float32")  # (resolved)
     assert res["mixed"] == {
         "streams": 3,
         "stream_input_len": 16,

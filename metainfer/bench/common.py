@@ -94,15 +94,18 @@ def throughput_bound(
     weight_bytes,
     kv_bytes_per_token: int,
     bandwidth: float,
-    flops: float,
+    flops: float,  # the matrix-product rate (bf16's)
     max_batch: int,
-    head_params: int = 0,  # of `params`, the LM head's: a prompt's last token only goes through it
+    head_params: int = 0,  # of `params`, the LM head's (bf16): a prompt's last token's only
+    fp8_params: int = 0,  # of `params`, those in FP8, which multiply at `fp8_flops`
+    fp8_flops: float = 0.0,
 ) -> dict:
     """The time of an offline workload if every step ran at the limits, `max_batch` sequences at a
     time (a finished one's place taken at once, the longest first); the output tokens/s it
     allows."""
-    prompt_flops = 2 * ((params - head_params) * sum(input_lens) + head_params * len(input_lens))
-    prefill_s = prompt_flops / flops
+    token_s = 2 * ((params - fp8_params) / flops + (fp8_params / fp8_flops if fp8_params else 0))
+    head_s = 2 * head_params / flops  # (a token's products: `token_s`, the head's among them)
+    prefill_s = (token_s - head_s) * sum(input_lens) + head_s * len(input_lens)
     queue = sorted(range(len(input_lens)), key=lambda i: output_lens[i])  # pops the longest
     decode_s, live = 0.0, {}  # sequence -> tokens it has made (its prefill made the first)
     while queue or live:
@@ -113,7 +116,7 @@ def throughput_bound(
             continue
         kv = sum(input_lens[i] + t for i, t in live.items())
         read_s = weight_bytes(len(live)) / bandwidth
-        gemm_s = max(read_s, 2 * params * len(live) / flops)  # memory- or compute-bound
+        gemm_s = max(read_s, token_s * len(live))  # memory- or compute-bound
         decode_s += gemm_s + kv * kv_bytes_per_token / bandwidth
         live = {i: t + 1 for i, t in live.items() if t + 1 < output_lens[i]}
     total = prefill_s + decode_s

@@ -190,10 +190,7 @@ def _start_times(n: int, request_rate: float, seed: int) -> list[float]:
     """When each of `n` requests is sent, in seconds: all at 0, or a seeded Poisson process whose
     first request goes at 0 (as vLLM's)."""
     rng = random.Random(seed)
-    if math.isinf(request_rate):
-        gaps = [0.0] * n
-    else:
-        gaps = [rng.expovariate(request_rate) for _ in range(n)]
+    gaps = [0.0 if math.isinf(request_rate) else rng.expovariate(request_rate) for _ in range(n)]
     return np.cumsum([0.0, *gaps[:-1]][:n]).tolist()
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #ef0a9c62
@@ -228,15 +225,12 @@ async def _served_model(session, base_url: str, headers: dict, model: str | None
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #f6ca25f1
 async def _server_settings(session, base_url: str, headers: dict) -> dict | None:
-    """The settings a metainfer server gives in `/metrics` (`metainfer:engine_config_info`'s
-    labels, as text), so that a result names them; `None` from a server without them."""
+    "A metainfer server's settings, from its `/metrics` (`engine_config_info`); `None` elsewhere."
     async with session.get(f"{base_url}/metrics", headers=headers) as resp:
         text = await resp.text() if resp.status == 200 else ""
-    for line in text.splitlines():
-        if line.startswith("metainfer:engine_config_info{"):  # (Prometheus escapes as JSON does)
-            pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line)
-            return {k: json.loads(f'"{v}"') for k, v in pairs}
-    return None
+    line = next((s for s in text.splitlines() if s.startswith("metainfer:engine_config_info{")), "")
+    pairs = re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line)  # (Prometheus escapes as JSON does)
+    return {k: json.loads(f'"{v}"', strict=False) for k, v in pairs} or None
 
 # %% ../../nbs/bench/18ga_serve_driver.ipynb #60b3f508
 def _levels(

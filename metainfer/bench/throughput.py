@@ -103,19 +103,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # %% ../../nbs/bench/18e_throughput.ipynb #740725b4
 def _roofline(card, m: dict, flops: float, max_num_seqs: int, fp8_flops: float = 0.0) -> dict:
     """`throughput_bound` of the run `m` on `card`, `max_num_seqs` at a time: its FP8 weights'
-    products at `fp8_flops`, the others' at `flops`."""
-    params, fp8 = card.params_per_token(), card.fp8_params
-    rate = params / ((params - fp8) / flops + (fp8 / fp8_flops if fp8 else 0))
+    products at `fp8_flops` (none: at `flops`, as the others)."""
     return throughput_bound(
         m["input_lens"],
         m["output_lens"],
-        params,
+        card.params_per_token(),
         card.weights_at,
         card.kv_per_token,
         card.bandwidth,
-        rate,
+        flops,
         max_num_seqs,
         card.head_params,
+        card.fp8_params if fp8_flops else 0,
+        fp8_flops,
     )
 
 # %% ../../nbs/bench/18e_throughput.ipynb #4ccc654c
@@ -130,9 +130,12 @@ def measure(args: argparse.Namespace) -> dict:
     probe_after = host_probe(runner.device)
     if args.profile and runner.device.type == "cuda":
         res |= profile_throughput(llm, args, m["output_lens"])
-    if card.bandwidth:
+    if card.bandwidth:  # (a GPU's; FP8 weights multiply in FP8 on a Hopper, as the engine does)
+        import torch
+
         flops = gemm_flops(runner.device)
-        fp8 = gemm_flops(runner.device, dtype="float8_e4m3fn") if card.fp8_params else 0.0
+        cublas_fp8 = card.fp8_params and torch.cuda.get_device_capability(runner.device)[0] == 9
+        fp8 = gemm_flops(runner.device, dtype="float8_e4m3fn") if cublas_fp8 else 0.0
         res["hardware"] |= {"gemm_flops": flops} | ({"gemm_flops_fp8": fp8} if fp8 else {})
         res["roofline"] = _roofline(card, m, flops, args.max_num_seqs, fp8)
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement

@@ -90,18 +90,22 @@ def has_unfinished(self: Scheduler) -> bool:
     return bool(self.waiting or self.running)
 
 # %% ../../nbs/engine/11_scheduler.ipynb #802f231a
-PROMPT_LOGPROB_ENTRIES = 16384  # a sequence's prompt logprob entries a step: tokens x (k + 1)
+PROMPT_LOGPROB_ENTRIES = 16384  # a step's prompt logprob entries: tokens x (k + 1), all rows
 
 # %% ../../nbs/engine/11_scheduler.ipynb #efad8b6b
 @patch
 def _chunk(self: Scheduler, seq: Sequence, budget: int, rows: list) -> int:
     """Add a row for `seq`'s next prompt chunk (at most `budget` tokens, fewer for scored prompt
     tokens); the blocks it fills join the prefix cache now, for later rows of this step too (every
-    layer stores a step's K/V before it attends). How many tokens it takes."""
+    layer stores a step's K/V before it attends). How many tokens it takes (0: no row)."""
     start = seq.num_computed_tokens
     n = min(len(seq.token_ids) - start, budget)
-    if seq.prompt_logprobs_due and self.enable_chunked_prefill:
-        n = min(n, max(1, PROMPT_LOGPROB_ENTRIES // (seq.params.prompt_logprobs + 1)))
+    if seq.prompt_logprobs_due and self.enable_chunked_prefill:  # (the step's first: 1 at least)
+        scored = lambda s: s.params.prompt_logprobs + 1 if s.prompt_logprobs_due else 0
+        used = sum(m * scored(s) for s, m in rows)
+        n = min(n, max(0 if used else 1, (PROMPT_LOGPROB_ENTRIES - used) // scored(seq)))
+    if not n:
+        return 0
     self.bm.cache_computed(seq, start, start + n)
     rows.append((seq, n))
     return n

@@ -4,32 +4,19 @@
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #dfd64581
 from __future__ import annotations
-import json
-import uuid
-from dataclasses import dataclass
-from typing import Callable
 from fastcore.basics import patch
 from ..engine.grammar_matcher import ACTIVE, MAY_REASON, REASONING
+from .tool_calls import TOOL_FORMATS, ToolFormat, held_tail, partial_tag
+from .tool_calls import tool_call
 
 # %% auto #0
-__all__ = ['THINK', 'TOOL_CALL', 'REASONING_PARSERS', 'SEP', 'DEEPSEEK_CALLS', 'DEEPSEEK_CALL', 'TOOL_FORMATS',
-           'TOOL_CALL_PARSERS', 'partial_tag', 'think_token_ids', 'last_think_tag', 'reply_start', 'tool_call',
-           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'ToolFormat', 'ChatOutputParser',
+__all__ = ['THINK', 'REASONING_PARSERS', 'think_token_ids', 'last_think_tag', 'reply_start', 'ChatOutputParser',
            'parse_chat_output']
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #2acd86f8
 THINK = ("<think>", "</think>")
-TOOL_CALL = ("<tool_call>", "</tool_call>")
 # both think between <think> and </think>; R1's output starts inside
 REASONING_PARSERS = ("qwen3", "deepseek_r1")
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #35b1a476
-def partial_tag(text: str, tag: str) -> int:
-    """The length of the longest end of `text` that could be the start of `tag` (text to hold back
-    until more comes)."""
-    return next(
-        (k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0
-    )
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #8e4f63fb
 def think_token_ids(tokenizer) -> tuple[int, int] | None:
@@ -73,99 +60,6 @@ def reply_start(tokenizer, prompt_ids: list[int], parser: str | None, continued:
         return REASONING if r1 else MAY_REASON
     return REASONING if tag == THINK[0] else ACTIVE
 
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #15e22721
-def tool_call(name: str, args) -> dict:
-    "An OpenAI tool call of function `name` with `args` (JSON text, or a value to write as JSON)."
-    return {
-        "id": f"call_{uuid.uuid4().hex[:24]}",
-        "type": "function",
-        "function": {
-            "name": name,
-            "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False),
-        },
-    }
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #201c508e
-def parse_tool_call(body: str) -> dict | None:
-    """The OpenAI tool call that a `<tool_call>` body `{"name": ..., "arguments": {...}}` stands
-    for; None if it is no call."""
-    try:
-        call = json.loads(body)
-    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
-        return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return None
-    args = call.get("arguments", call.get("parameters", {}))  # (some models write "parameters")
-    return tool_call(call["name"], json.dumps(args, ensure_ascii=False))  # (JSON, a string's too)
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #27a55625
-SEP = "<｜tool▁sep｜>"  # DeepSeek's: between a call's kind or name and the rest
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #14200213
-def parse_deepseek_v3_call(body: str) -> dict | None:
-    "A DeepSeek-V3 call body: `function<｜tool▁sep｜>NAME`, then the arguments in a json block."
-    kind, sep, rest = body.partition(SEP)
-    name, _, block = rest.partition("\n")
-    block = block.strip()
-    if kind.strip() != "function" or not sep or not block.startswith("```json"):
-        return None
-    args = block.removeprefix("```json").removesuffix("```").strip()
-    try:
-        json.loads(args)
-    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
-        return None
-    return tool_call(name.strip(), args)
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #2d278954
-def parse_deepseek_v31_call(body: str) -> dict | None:
-    "A DeepSeek-V3.1 call body: `NAME<｜tool▁sep｜>ARGS` (the arguments' JSON)."
-    name, sep, args = body.partition(SEP)
-    try:
-        json.loads(args)
-    except (ValueError, RecursionError):  # (not JSON, or nested past the parser)
-        return None
-    return tool_call(name.strip(), args.strip()) if sep and name.strip() else None
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #3e892585
-def _hermes_body(name: str, args: str, lit) -> str:
-    head = '{"name": ' + json.dumps(name) + ', "arguments": '
-    return f'"\\n" {json.dumps(head)} {args} "}}\\n"'
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #40e840b1
-def _v3_body(name: str, args: str, lit) -> str:
-    head = json.dumps(name + "\n```json\n")
-    return f'"function" {lit(SEP)} {head} {args} "\\n```"'
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #4796e034
-def _v31_body(name: str, args: str, lit) -> str:
-    return f"{json.dumps(name)} {lit(SEP)} {args}"
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #a8143d06
-@dataclass(frozen=True)
-class ToolFormat:
-    """How a model writes tool calls: each between `begin` and `end` (all of them inside `wrapper`,
-    whose tags are dropped from the content), its body read by `parse`. `body(name, args, lit)`
-    writes one call's body as llguidance Lark: `args` names the rule of its arguments' JSON, `lit`
-    gives a text's Lark literal (`tool_call_grammar`)."""
-
-    begin: str
-    end: str
-    parse: Callable[[str], dict | None]
-    body: Callable[[str, str, Callable[[str], str]], str]
-    wrapper: tuple[str, str] = ("", "")
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #2631b582
-DEEPSEEK_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
-DEEPSEEK_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
-
-# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #dab9d300
-TOOL_FORMATS = {  # vLLM's `--tool-call-parser` names
-    "hermes": ToolFormat(*TOOL_CALL, parse_tool_call, _hermes_body),  # Qwen's
-    "deepseek_v3": ToolFormat(*DEEPSEEK_CALL, parse_deepseek_v3_call, _v3_body, DEEPSEEK_CALLS),
-    "deepseek_v31": ToolFormat(*DEEPSEEK_CALL, parse_deepseek_v31_call, _v31_body, DEEPSEEK_CALLS),
-}
-TOOL_CALL_PARSERS = tuple(TOOL_FORMATS)
-
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #f7f0d02a
 class ChatOutputParser:
     """Splits an assistant's text, fed piece by piece as it streams, into `reasoning_content`
@@ -180,11 +74,13 @@ class ChatOutputParser:
         in_reasoning: bool = False,  # the reply starts inside `<think>` (see `reply_start`)
         tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes its calls
         max_calls: int | None = None,  # calls past this many are dropped (`parallel_tool_calls`)
+        stream_calls: bool = False,  # a call's name, then its arguments, as they come (a stream)
     ):
         # space: held before a <tool_call>
         self.tools, self.num_calls, self.buf, self.space = tools, 0, "", ""
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
-        self.fmt, self.max_calls = tool_format, max_calls
+        self.fmt, self.max_calls, self.stream_calls = tool_format, max_calls, stream_calls
+        self.streamed = None  # a call going out: `(where its arguments start, how much went)`
         self.after_think = False  # newlines right after </think> are dropped
         # nothing but whitespace since the last tool call (which is then dropped)
         self.after_call = False
@@ -259,15 +155,41 @@ def _content(self: ChatOutputParser, out, final) -> bool:
         self.buf = ""
     return False
 
+# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #8dd0d8092fe74a7c96281538738b07e2
+@patch
+def _stream_call(self: ChatOutputParser, out, body: str) -> None:
+    """Give out what is new of the call `body` so far: its name once `head` has it (a call past
+    `max_calls` never goes out), then its arguments up to what may be the body's tail."""
+    if self.streamed is None:
+        if (head := self.fmt.head(body)) is None or self.num_calls == self.max_calls:
+            return
+        out["tool_calls"].append({"index": self.num_calls} | tool_call(head[0], ""))
+        self.streamed = (head[1], 0)
+    at, sent = self.streamed
+    if not sent:  # (the arguments start at their first character that is not a space)
+        at += len(body[at:]) - len(body[at:].lstrip())
+        self.streamed = (at, 0)
+    args = body[at:]
+    args = args[: len(args) - partial_tag(args, self.fmt.end)]  # (the end tag may be coming)
+    if (upto := len(args) - held_tail(args, self.fmt.tail)) > sent:
+        more = {"arguments": args[sent:upto]}
+        out["tool_calls"].append({"index": self.num_calls, "function": more})
+        self.streamed = (at, upto)
+
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #0b85f4e3
 @patch
 def _tool(self: ChatOutputParser, out, final) -> bool:
     end = self.buf.find(self.fmt.end)
     if end < 0 and not final:
+        if self.stream_calls:
+            self._stream_call(out, self.buf)
         return False
     body = self._take(end if end >= 0 else len(self.buf))
     closed = self._take(len(self.fmt.end)) if end >= 0 else ""
-    if (call := self.fmt.parse(body)) is not None:
+    if self.streamed is not None:  # (its name and arguments went out: the rest of them now)
+        self._stream_call(out, body)
+        self.num_calls, self.after_call, self.streamed = self.num_calls + 1, True, None
+    elif (call := self.fmt.parse(body)) is not None:
         if self.max_calls is None or self.num_calls < self.max_calls:  # (vLLM drops the rest)
             out["tool_calls"].append({"index": self.num_calls} | call)
             self.num_calls += 1

@@ -20,7 +20,8 @@ from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
 from ...engine.runner import show_startup_log
 from .cli_args import chat_template_of, cors_options
-from ..chat_parsing import REASONING_PARSERS, TOOL_FORMATS
+from ..chat_parsing import REASONING_PARSERS
+from ..tool_calls import TOOL_FORMATS
 from .protocol import OpenAIError
 from .engine_loop import AsyncLLMEngine, EngineError
 from .server_thread import ServerThread, bind_socket, listen

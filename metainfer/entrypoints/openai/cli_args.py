@@ -10,7 +10,8 @@ from pathlib import Path
 from ...config import add_engine_args
 from ...vllm_args import VLLM_ENGINE_ARGS, VLLM_SERVER_ARGS, add_vllm_args
 from ...hub import HF_MODEL_ID, model_folder
-from ..chat_parsing import REASONING_PARSERS, TOOL_CALL_PARSERS
+from ..chat_parsing import REASONING_PARSERS
+from ..tool_calls import TOOL_CALL_PARSERS
 
 # %% auto #0
 __all__ = ['LOG_LEVELS', 'add_vllm_serve_args', 'add_serve_args', 'cors_options', 'StartupError', 'check_model_folder',

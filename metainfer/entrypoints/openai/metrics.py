@@ -242,10 +242,19 @@ def cache_config_info(engine) -> dict:
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #acae54e37e7d407bbb7b55eff062a284
 def engine_config_info(engine) -> dict:
-    """The labels of `metainfer:engine_config_info` for an `LLMEngine`: its `EngineConfig` and the
-    name of the device it runs on."""
+    """The labels of `metainfer:engine_config_info` for an `LLMEngine`: its `EngineConfig`, the
+    values it worked out for those left to it (`auto`, `None`), and the device it runs on."""
     import torch
 
-    device = engine.runner.device
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    return asdict(engine.config) | {"device_name": name}
+    r = engine.runner
+    name = torch.cuda.get_device_name(r.device) if r.device.type == "cuda" else r.device.type
+    built = {
+        "max_model_len": engine.max_model_len,
+        "max_num_batched_tokens": r.token_budget,
+        "num_kv_blocks": r.num_kv_blocks,
+        "dtype": str(r.dtype).removeprefix("torch."),
+        "kv_cache_dtype": str(r.kv_dtype).removeprefix("torch."),
+        "kernel_backend": r.kernel_backend,
+        "cuda_graphs": r.graphs is not None,
+    }
+    return asdict(engine.config) | built | {"device_name": name}

@@ -16,7 +16,8 @@ from starlette.requests import ClientDisconnect
 from ...engine.admission import bad_words_index, truncated
 from ...engine.sampling_params import SamplingParams
 from .body_parser import BodyParser, check_media_type
-from ..chat_parsing import TOOL_FORMATS, ChatOutputParser, ToolFormat
+from ..chat_parsing import ChatOutputParser
+from ..tool_calls import TOOL_FORMATS, ToolFormat
 from metainfer.entrypoints.openai.protocol import (
     OpenAIError,
     declared,
@@ -244,12 +245,10 @@ def _fan_out(prompts: list[list[int]], params: list[SamplingParams], n: int) -> 
     ]
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #ea42b913
-def _accepted(
-    st: ServerState, req: SamplingRequest, specs, added, parser_of, starts
-) -> list[Choice]:
-    "The choices whose engine request was accepted (`added`: a stream or an exception each)."
+def _accepted(specs, added, new_parser) -> list[Choice]:
+    "The accepted choices (`added`: a stream or an exception each), a `new_parser(prompt)` each."
     return [
-        Choice(k, i, p, s, parser_of and parser_of(st, req, starts[i]))
+        Choice(k, i, p, s, new_parser and new_parser(i))
         for k, ((i, ids, p), s) in enumerate(zip(specs, added))
         if isinstance(s, RequestStream)
     ]
@@ -263,7 +262,8 @@ async def _add_all(
         *(st.engine.add_request(f"{rid}-{k}", ids, p) for k, (_, ids, p) in enumerate(specs)),
         return_exceptions=True,
     )  # all at once: the engine takes them in one step
-    choices = _accepted(st, req, specs, added, parser_of, starts)
+    new_parser = parser_of and (lambda i: parser_of(st, req, starts[i]))  # (prompt i's start)
+    choices = _accepted(specs, added, new_parser)
     if failed := [e for e in added if not isinstance(e, RequestStream)]:
         abort_all(choices)
         if isinstance(failed[0], ValueError):

@@ -43,6 +43,7 @@ def output_parser(st: ServerState, req: ChatCompletionRequest, start: str) -> Ch
         tool_format=st.tool_format,
         max_calls=1 if req.parallel_tool_calls is False else None,
         in_reasoning=start == REASONING,
+        stream_calls=bool(req.stream),  # (as vLLM streams them: name, then arguments)
     )  # `echo` (vLLM's): the last message's text, if of the reply's role
     if req.echo and last and (last.role == "assistant" or not req.add_generation_prompt):
         parser.echo = message_text(last)

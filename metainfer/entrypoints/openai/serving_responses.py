@@ -24,6 +24,7 @@ from metainfer.entrypoints.openai.serving import (
 )
 from .streaming import final_outputs, event_stream
 from ..chat_parsing import think_token_ids
+from ..tool_calls import add_call_parts
 from .serving_chat import output_parser
 from .responses_request import chat_request
 
@@ -223,11 +224,11 @@ def _grow(self: ResponseEvents, kind: str, text: str) -> list[str]:
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #dd0fc4c8
 @patch
 def feed(self: ResponseEvents, parts: dict) -> list[str]:
-    "The events of one delta of the parser (function calls are held until the end)."
+    "The events of one delta of the parser (function calls are put together, for the end)."
     evs = self._grow("reasoning", parts["reasoning_content"]) if parts["reasoning_content"] else []
     if parts["content"]:
         evs += self._grow("message", parts["content"])
-    self.calls += parts["tool_calls"]
+    add_call_parts(self.calls, parts["tool_calls"])  # (put back together: sent whole at the end)
     return evs
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #28c90034

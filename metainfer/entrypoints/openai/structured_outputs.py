@@ -11,7 +11,8 @@ from typing import Any
 from ...engine.structured_outputs import GrammarCompiler, GrammarError
 from ...engine.structured_outputs import StructuredOutputsParams, no_additional_properties
 from ...engine.grammar_matcher import ACTIVE, MAY_REASON
-from ..chat_parsing import TOOL_FORMATS, ToolFormat, think_token_ids
+from ..chat_parsing import think_token_ids
+from ..tool_calls import TOOL_FORMATS, ToolFormat
 from .protocol import ChatCompletionRequest, OpenAIError
 
 # %% auto #0
