@@ -116,7 +116,6 @@ def _v31_head(body: str) -> tuple[str, int] | None:
     name, sep, _ = body.partition(SEP)
     return (name.strip(), len(name) + len(SEP)) if sep and name.strip() else None
 
-
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #72353957
 def held_tail(args: str, tail: str) -> int:
     "How many characters at the end of a call's arguments so far may be its body's `tail`."
