@@ -4,6 +4,7 @@
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #dfd64581
 from __future__ import annotations
+import json
 from fastcore.basics import patch
 from ..engine.grammar_matcher import ACTIVE, MAY_REASON, REASONING
 from .tool_calls import TOOL_FORMATS, ToolFormat, held_tail, partial_tag
@@ -159,7 +160,8 @@ def _content(self: ChatOutputParser, out, final) -> bool:
 @patch
 def _stream_call(self: ChatOutputParser, out, body: str) -> None:
     """Give out what is new of the call `body` so far: its name once `head` has it (a call past
-    `max_calls` never goes out), then its arguments up to what may be the body's tail."""
+    `max_calls` never goes out), then its arguments up to what may be the body's tail, or to the
+    end of their JSON value once it is whole; in one entry a piece."""
     if self.streamed is None:
         if (head := self.fmt.head(body)) is None or self.num_calls == self.max_calls:
             return
@@ -171,9 +173,16 @@ def _stream_call(self: ChatOutputParser, out, body: str) -> None:
         self.streamed = (at, 0)
     args = body[at:]
     args = args[: len(args) - partial_tag(args, self.fmt.end)]  # (the end tag may be coming)
-    if (upto := len(args) - held_tail(args, self.fmt.tail)) > sent:
-        more = {"arguments": args[sent:upto]}
-        out["tool_calls"].append({"index": self.num_calls, "function": more})
+    upto = len(args) - held_tail(args, self.fmt.tail)
+    try:  # (a Hermes body may go on past its arguments: `, "id": ...}`)
+        upto = min(upto, json.JSONDecoder().raw_decode(args)[1])
+    except ValueError:  # (not whole yet)
+        pass
+    if upto > sent:
+        calls = out["tool_calls"]
+        if not (calls and calls[-1]["index"] == self.num_calls):  # (else: with its head)
+            calls.append({"index": self.num_calls, "function": {"arguments": ""}})
+        calls[-1]["function"]["arguments"] += args[sent:upto]
         self.streamed = (at, upto)
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #0b85f4e3

@@ -33,9 +33,12 @@ from .streaming import event_stream, stream_events, final_outputs
 __all__ = ['output_parser', 'chat_completions']
 
 # %% ../../../nbs/entrypoints/openai/16h_serving_chat.ipynb #0fccfb17
-def output_parser(st: ServerState, req: ChatCompletionRequest, start: str) -> ChatOutputParser:
+def output_parser(
+    st: ServerState, req: ChatCompletionRequest, start: str, stream_calls: bool | None = None
+) -> ChatOutputParser:
     """How a chat's text is split: reasoning with the server's reasoning parser (from `start`,
-    where the reply starts: `reply_starts`'), tool calls when the request sends tools."""
+    where the reply starts: `reply_starts`'), tool calls when the request sends tools (given out
+    as they are written when `stream_calls`; `None`: when the request streams)."""
     last = (req.messages or [None])[-1]
     parser = ChatOutputParser(
         st.reasoning_parser is not None,
@@ -43,7 +46,7 @@ def output_parser(st: ServerState, req: ChatCompletionRequest, start: str) -> Ch
         tool_format=st.tool_format,
         max_calls=1 if req.parallel_tool_calls is False else None,
         in_reasoning=start == REASONING,
-        stream_calls=bool(req.stream),  # (as vLLM streams them: name, then arguments)
+        stream_calls=bool(req.stream) if stream_calls is None else stream_calls,  # (as vLLM's)
     )  # `echo` (vLLM's): the last message's text, if of the reply's role
     if req.echo and last and (last.role == "assistant" or not req.add_generation_prompt):
         parser.echo = message_text(last)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from functools import partial
 from typing import AsyncIterator
 from fastcore.basics import patch
 from fastapi import Request
@@ -24,7 +25,6 @@ from metainfer.entrypoints.openai.serving import (
 )
 from .streaming import final_outputs, event_stream
 from ..chat_parsing import think_token_ids
-from ..tool_calls import add_call_parts
 from .serving_chat import output_parser
 from .responses_request import chat_request
 
@@ -224,11 +224,11 @@ def _grow(self: ResponseEvents, kind: str, text: str) -> list[str]:
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #dd0fc4c8
 @patch
 def feed(self: ResponseEvents, parts: dict) -> list[str]:
-    "The events of one delta of the parser (function calls are put together, for the end)."
+    "The events of one delta of the parser (function calls are held until the end)."
     evs = self._grow("reasoning", parts["reasoning_content"]) if parts["reasoning_content"] else []
     if parts["content"]:
         evs += self._grow("message", parts["content"])
-    add_call_parts(self.calls, parts["tool_calls"])  # (put back together: sent whole at the end)
+    self.calls += parts["tool_calls"]  # (whole: the parser's `stream_calls` is off here)
     return evs
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #28c90034
@@ -293,8 +293,8 @@ async def responses(request: Request):
     st, req = await read_request(request, ResponsesRequest)
     try:
         model, choices, rid = await add_choices(
-            st, chat_request(req), chat_prompt, "resp", output_parser
-        )
+            st, chat_request(req), chat_prompt, "resp", partial(output_parser, stream_calls=False)
+        )  # (its function calls go out whole, at the end)
     except OpenAIError as e:  # (the chat's field names, as this API spells them)
         e.param = {"max_completion_tokens": "max_output_tokens", "messages": "input"}.get(
             e.param, e.param
