@@ -4,7 +4,6 @@
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #ed2b0f06
 from __future__ import annotations
-import copy
 import json
 import re
 import uuid
@@ -13,8 +12,7 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['TOOL_CALL', 'SEP', 'DEEPSEEK_CALLS', 'DEEPSEEK_CALL', 'TOOL_FORMATS', 'TOOL_CALL_PARSERS', 'partial_tag', 'tool_call',
-           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'held_tail', 'ToolFormat',
-           'add_call_parts']
+           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'held_tail', 'ToolFormat']
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #08b6215f
 TOOL_CALL = ("<tool_call>", "</tool_call>")  # Hermes' tags (Qwen's)
@@ -159,15 +157,3 @@ TOOL_FORMATS = {  # vLLM's `--tool-call-parser` names
     ),
 }
 TOOL_CALL_PARSERS = tuple(TOOL_FORMATS)
-
-# %% ../../nbs/entrypoints/15a_tool_calls.ipynb #72eea5119410473aa328ad9291626812
-def add_call_parts(calls: list[dict], parts: list[dict]) -> list[dict]:
-    """`calls` with a piece's `tool_calls` parts added: a part with an `id` starts a call (a whole
-    one, unless `stream_calls`), one without adds to the arguments of the call of its `index`."""
-    for part in parts:
-        if "id" in part:
-            calls.append(copy.deepcopy(part))
-        else:
-            call = next(c for c in calls if c["index"] == part["index"])
-            call["function"]["arguments"] += part["function"]["arguments"]
-    return calls
