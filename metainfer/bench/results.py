@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from ..config import add_engine_args, engine_config
 from .common import Card
+from ..engine.runner import resolved_settings
 
 # %% auto #0
 __all__ = ['SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment',
@@ -131,19 +132,10 @@ def _model_record(cfg, model_dir: str, params: int) -> dict:
     }
 
 # %% ../../nbs/bench/18aa_results.ipynb #d4231a9d
-def _engine_record(runner, tp: int, card: Card, config) -> dict:
-    "The engine's part of a record: as it was built, and the `EngineConfig` it was built from."
-    plain = lambda v: v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
-    return {
-        "tensor_parallel_size": tp,
-        "dtype": str(runner.dtype),
-        "cuda_graphs": runner.graphs is not None,
-        "kernel_backend": runner.kernel_backend,
-        "kv_blocks": runner.num_kv_blocks,
-        "kv_cache_dtype": str(runner.kv_dtype),
-        "kv_bytes_per_token": card.kv_per_token,
-        "settings": {k: plain(v) for k, v in asdict(config).items()},
-    }
+def _engine_record(engine, card: Card) -> dict:
+    """The engine's part of a record: its settings as it ran (`resolved_settings`, as the server's
+    settings gauge reports them) and the KV bytes a token takes."""
+    return resolved_settings(engine) | {"kv_bytes_per_token": card.kv_per_token}
 
 # %% ../../nbs/bench/18aa_results.ipynb #ed7f024e
 def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int) -> dict:
@@ -155,7 +147,7 @@ def run_record(llm, args: argparse.Namespace, mode: str, card: Card, batch: int)
         "mode": mode,
         "command": bench_command(args, mode),
         "model": _model_record(cfg, args.model, params),
-        "engine": _engine_record(runner, tp, card, llm.engine.config),
+        "engine": _engine_record(llm.engine, card),
         "hardware": environment(runner.device) | bandwidth,
         "weight_bytes_per_step_per_rank": card.weights_at(batch),
         "weight_bytes_per_rank": card.full,

@@ -5,6 +5,7 @@
 # %% ../../nbs/engine/13_runner.ipynb #e46ef501
 from __future__ import annotations
 import time
+from dataclasses import asdict
 import torch
 from torch import Tensor
 from fastcore.basics import patch
@@ -27,7 +28,7 @@ from .runner_setup import resolve_device, resolve_dtype, resolve_kv_dtype
 from .runner_setup import MODEL_CLASSES  # noqa: F401 (its old home: still importable)
 
 # %% auto #0
-__all__ = ['ModelRunner']
+__all__ = ['ModelRunner', 'resolved_settings']
 
 # %% ../../nbs/engine/13_runner.ipynb #eea6d2cf
 class ModelRunner:
@@ -277,3 +278,22 @@ def close(self: ModelRunner) -> None:
     if self.graphs is not None:
         self.graphs.release()
     self.graphs = None
+
+# %% ../../nbs/engine/13_runner.ipynb #b8e5c0e6
+def resolved_settings(engine) -> dict:
+    """An `LLMEngine`'s settings as it runs: its `EngineConfig`, with the values the engine worked
+    out for those left to it, and the device's name; plain JSON values."""
+    r = engine.runner
+    name = torch.cuda.get_device_name(r.device) if r.device.type == "cuda" else r.device.type
+    built = {
+        "max_model_len": engine.max_model_len,  # (the KV pool's tokens, where they are fewer)
+        "max_num_batched_tokens": r.token_budget,
+        "num_kv_blocks": r.num_kv_blocks,
+        "dtype": str(r.dtype).removeprefix("torch."),
+        "kv_cache_dtype": str(r.kv_dtype).removeprefix("torch."),
+        "kernel_backend": r.kernel_backend,
+        "cuda_graphs": r.graphs is not None,
+        "device_name": name,
+    }
+    plain = lambda v: v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+    return {k: plain(v) for k, v in asdict(engine.config).items()} | built

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...config import engine_config
 from ...engine.llm_engine import LLMEngine
 from ...testing import default_model_dir
-from ...engine.runner import show_startup_log
+from ...engine.runner import resolved_settings, show_startup_log
 from .cli_args import chat_template_of, cors_options
 from ..chat_parsing import REASONING_PARSERS
 from ..tool_calls import TOOL_FORMATS
@@ -31,11 +31,7 @@ from .serving_chat import chat_completions
 from .serving_responses import responses
 from .serving_tokens import tokenize, detokenize
 from .serving_status import health, models, model, metrics, version
-from metainfer.entrypoints.openai.metrics import (
-    ServerMetrics,
-    cache_config_info,
-    engine_config_info,
-)
+from .metrics import ServerMetrics, cache_config_info
 
 # %% auto #0
 __all__ = ['CORS_DEFAULTS', 'http_error', 'internal_error', 'build_app', 'engine_server', 'serve_main']
@@ -153,7 +149,7 @@ def build_app(
             names[0],
             engine.max_model_len,
             cache_config_info(engine.engine),
-            engine_config_info(engine.engine),
+            resolved_settings(engine.engine),
         ),
         return_tokens_as_token_ids=return_tokens_as_token_ids,
         enable_prompt_tokens_details=enable_prompt_tokens_details,

@@ -5,13 +5,13 @@
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #me01
 from __future__ import annotations
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fastcore.basics import patch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # %% auto #0
 __all__ = ['FINISH_REASONS', 'TTFT_BUCKETS', 'TOKEN_GAP_BUCKETS', 'REQUEST_BUCKETS', 'build_1_2_5_buckets', 'RequestTimes',
-           'ServerMetrics', 'cache_config_info', 'engine_config_info']
+           'ServerMetrics', 'cache_config_info']
 
 # %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #4713679d
 FINISH_REASONS = ("stop", "length", "abort", "error")  # `finished_reason` label values
@@ -54,7 +54,7 @@ class ServerMetrics:
         model_name: str,
         max_model_len: int,
         cache_info: dict | None = None,  # `cache_config_info`'s labels
-        engine_info: dict | None = None,  # `engine_config_info`'s
+        engine_info: dict | None = None,  # the engine's `resolved_settings`
     ):
         self.registry, self.requests = CollectorRegistry(), {}
         self.labels = {"model_name": model_name, "engine": "0"}
@@ -239,22 +239,3 @@ def cache_config_info(engine) -> dict:
         "gpu_memory_utilization": c.gpu_memory_utilization,
         "num_gpu_blocks": engine.runner.num_kv_blocks,
     }
-
-# %% ../../../nbs/entrypoints/openai/16ka_metrics.ipynb #acae54e37e7d407bbb7b55eff062a284
-def engine_config_info(engine) -> dict:
-    """The labels of `metainfer:engine_config_info` for an `LLMEngine`: its `EngineConfig`, the
-    values it worked out for those left to it (`auto`, `None`), and the device it runs on."""
-    import torch
-
-    r = engine.runner
-    name = torch.cuda.get_device_name(r.device) if r.device.type == "cuda" else r.device.type
-    built = {
-        "max_model_len": engine.max_model_len,
-        "max_num_batched_tokens": r.token_budget,
-        "num_kv_blocks": r.num_kv_blocks,
-        "dtype": str(r.dtype).removeprefix("torch."),
-        "kv_cache_dtype": str(r.kv_dtype).removeprefix("torch."),
-        "kernel_backend": r.kernel_backend,
-        "cuda_graphs": r.graphs is not None,
-    }
-    return asdict(engine.config) | built | {"device_name": name}
