@@ -793,6 +793,13 @@ def stage_fp8_qwen_throughput():
     bench(f"throughput {bf16} --name throughput-qwen3-8b-bf16")
 
 
+def stage_throughput_peer():
+    """Qwen3-8B bf16 offline throughput at defaults, and HF `generate` on the same workload in the
+    same run (`--peer hf`, batches of 64)."""
+    name = "throughput-qwen3-8b-bf16-peer"
+    bench(f"throughput {checkpoint('Qwen3-8B')} --name {name} --peer hf", 420)
+
+
 def stage_fp8_qwen_throughput_ab2():
     "Issue 30: `throughput_ab2` of Qwen3-8B in block-wise FP8, at defaults, the first run profiled."
     throughput_ab2(fp8_checkpoint("Qwen3-8B"), "throughput-qwen3-8b-fp8", 150, profile_first=True)

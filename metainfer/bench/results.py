@@ -128,6 +128,7 @@ def _model_record(cfg, model_dir: str, params: int) -> dict:
         "architecture": cfg.architecture,
         "layers": cfg.num_hidden_layers,
         "hidden": cfg.hidden_size,
+        "vocab": cfg.vocab_size,
         "params": params,
     }
 

@@ -89,7 +89,7 @@ def profile_throughput(llm, args: argparse.Namespace, output_lens: list[int]) ->
 
 # %% ../../nbs/bench/18e_throughput.ipynb #ff49a928
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    "Flags of `metainfer bench throughput`: the engine's, the workload's and `--profile`."
+    "Flags of `metainfer bench throughput`: the engine's, the workload's, `--profile`, the peer's."
     add_offline_arguments(parser)
     parser.add_argument("--num-seqs", type=int, default=256, help="sequences, submitted at once")
     parser.add_argument("--min-len", type=int, default=100, help="shortest prompt and output")
@@ -98,6 +98,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile",
         action="store_true",
         help="GPU kernel time by category, idle split (CUDA profiler)",
+    )
+    parser.add_argument(
+        "--peer",
+        choices=["none", "hf"],
+        default="none",
+        help="hf: also run the workload through HF transformers' generate (after the engine)",
+    )
+    parser.add_argument(
+        "--peer-max-batch", type=int, default=64, help="--peer hf: prompts in one generate"
     )
 
 # %% ../../nbs/bench/18e_throughput.ipynb #740725b4
@@ -119,8 +128,9 @@ def _roofline(card, m: dict, flops: float, max_num_seqs: int, fp8_flops: float =
     )
 
 # %% ../../nbs/bench/18e_throughput.ipynb #4ccc654c
-def measure(args: argparse.Namespace) -> dict:
-    "The workload, its profile and its bound; shuts the engine down."
+def measure(args: argparse.Namespace) -> tuple[dict, object, object]:
+    """The workload, its profile and its bound, and the engine's device and dtype (the HF peer's);
+    shuts the engine down."""
     llm = start_engine(args)
     card = measure_card(llm)
     res = run_record(llm, args, "throughput", card, 1)
@@ -139,23 +149,42 @@ def measure(args: argparse.Namespace) -> dict:
         res["hardware"] |= {"gemm_flops": flops} | ({"gemm_flops_fp8": fp8} if fp8 else {})
         res["roofline"] = _roofline(card, m, flops, args.max_num_seqs, fp8)
     res["host_probe"] = {"before": probe, "after": probe_after}  # around the measurement
+    device, dtype = runner.device, runner.dtype
     llm.shutdown()
-    return res
+    return res, device, dtype
 
 # %% ../../nbs/bench/18e_throughput.ipynb #8e9fcd87
 def _plot_throughput(res: dict, args: argparse.Namespace, name: str) -> Path:
     "The bar chart of our output rate and the bound, as `<out>/<name>.png`."
     title = f"{res['model']['architecture']} offline throughput, {args.num_seqs} seqs"
     bars = {"metainfer": res["metainfer"]["output_tokens_per_s"]}
+    bars |= {k: v["output_tokens_per_s"] for k, v in res.get("peers", {}).items()}
     limit = res.get("roofline", {}).get("output_tokens_per_s")
     plot_bars(Path(args.out) / f"{name}.png", title, bars, limit, "output tokens/s")
     return Path(args.out) / f"{name}.png"
 
+# %% ../../nbs/bench/18e_throughput.ipynb #aca7f03d
+def _hf_peer(args: argparse.Namespace, res: dict, device, dtype) -> dict:
+    """HF transformers on the same workload (`hf_throughput`), on the engine's device in its dtype:
+    `peers`, or `peer_errors` where it failed."""
+    from metainfer.bench.hf_peer import hf_throughput
+
+    vocab, (lo, hi) = res["model"]["vocab"], (args.min_len, args.max_len)
+    prompts, out_lens = _workload(vocab, args.num_seqs, lo, hi, 0)  # (`run_throughput`'s seed)
+    assert out_lens == res["metainfer"]["output_lens"], "the engine's workload"
+    try:
+        peer = hf_throughput(args.model, prompts, out_lens, args.peer_max_batch, device, dtype)
+        return {"peers": {"hf_generate": peer}}
+    except Exception as e:  # (a peer that cannot run, out of memory say, is reported)
+        return {"peer_errors": {"hf_generate": f"{type(e).__name__}: {e}"[:500]}}
+
 # %% ../../nbs/bench/18e_throughput.ipynb #93dd845b
 def main(args: argparse.Namespace) -> dict:
-    "`metainfer bench throughput`: measure; write JSON and a bar chart."
-    res = measure(args)
+    "`metainfer bench throughput`: measure, then the HF peer; write JSON and a bar chart."
+    res, device, dtype = measure(args)
     free_memory()
+    if args.peer == "hf":
+        res |= _hf_peer(args, res, device, dtype)
     name = result_name(args, "throughput")
     write_json(res, args.out, name)
     _plot_throughput(res, args, name)
