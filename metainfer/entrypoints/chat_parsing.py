@@ -5,9 +5,11 @@
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #dfd64581
 from __future__ import annotations
 import json
+import re
 from fastcore.basics import patch
 from ..engine.grammar_matcher import ACTIVE, MAY_REASON, REASONING
-from .tool_calls import TOOL_FORMATS, ToolFormat, held_tail, partial_tag
+from .tool_calls import TOOL_FORMATS, ToolFormat, JsonValueEnd
+from .tool_calls import held_tail, partial_tag
 from .tool_calls import tool_call
 
 # %% auto #0
@@ -81,7 +83,9 @@ class ChatOutputParser:
         self.tools, self.num_calls, self.buf, self.space = tools, 0, "", ""
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
         self.fmt, self.max_calls, self.stream_calls = tool_format, max_calls, stream_calls
-        self.streamed = None  # a call going out: `(where its arguments start, how much went)`
+        # a call going out: where its arguments start, how many of them went, where they end
+        self.streamed: tuple[int, int, JsonValueEnd] | None = None
+        self.searched = 0  # a call's body so far holds no end tag before this
         self.after_think = False  # newlines right after </think> are dropped
         # nothing but whitespace since the last tool call (which is then dropped)
         self.after_call = False
@@ -157,6 +161,9 @@ def _content(self: ChatOutputParser, out, final) -> bool:
     return False
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #8dd0d8092fe74a7c96281538738b07e2
+_SPACES = re.compile(r"\s*")
+
+
 @patch
 def _stream_call(self: ChatOutputParser, out, body: str) -> None:
     """Give out what is new of the call `body` so far: its name once `head` has it (a call past
@@ -166,33 +173,33 @@ def _stream_call(self: ChatOutputParser, out, body: str) -> None:
         if (head := self.fmt.head(body)) is None or self.num_calls == self.max_calls:
             return
         out["tool_calls"].append({"index": self.num_calls} | tool_call(head[0], ""))
-        self.streamed = (head[1], 0)
-    at, sent = self.streamed
+        self.streamed = (head[1], 0, JsonValueEnd())
+    at, sent, value_end = self.streamed
     if not sent:  # (the arguments start at their first character that is not a space)
-        at += len(body[at:]) - len(body[at:].lstrip())
-        self.streamed = (at, 0)
-    args = body[at:]
-    args = args[: len(args) - partial_tag(args, self.fmt.end)]  # (the end tag may be coming)
-    upto = len(args) - held_tail(args, self.fmt.tail)
-    try:  # (a Hermes body may go on past its arguments: `, "id": ...}`)
-        upto = min(upto, json.JSONDecoder().raw_decode(args)[1])
-    except ValueError:  # (not whole yet)
-        pass
-    if upto > sent:
+        at = _SPACES.match(body, at).end()
+    # (read by index from the end or from where the last piece stopped: a piece costs its length)
+    stop = max(at, len(body) - partial_tag(body, self.fmt.end))  # (the end tag may be coming)
+    upto = stop - held_tail(body, self.fmt.tail, stop)
+    if (end := value_end(body, at, stop)) is not None:  # (a Hermes body may go on: `, "id": 1}`)
+        upto = min(upto, end)
+    if upto > at + sent:
         calls = out["tool_calls"]
         if not (calls and calls[-1]["index"] == self.num_calls):  # (else: with its head)
             calls.append({"index": self.num_calls, "function": {"arguments": ""}})
-        calls[-1]["function"]["arguments"] += args[sent:upto]
-        self.streamed = (at, upto)
+        calls[-1]["function"]["arguments"] += body[at + sent : upto]
+        sent = upto - at
+    self.streamed = (at, sent, value_end)
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #0b85f4e3
 @patch
 def _tool(self: ChatOutputParser, out, final) -> bool:
-    end = self.buf.find(self.fmt.end)
+    end = self.buf.find(self.fmt.end, self.searched)  # (not again through what was searched)
     if end < 0 and not final:
+        self.searched = max(0, len(self.buf) - len(self.fmt.end) + 1)
         if self.stream_calls:
             self._stream_call(out, self.buf)
         return False
+    self.searched = 0
     body = self._take(end if end >= 0 else len(self.buf))
     closed = self._take(len(self.fmt.end)) if end >= 0 else ""
     if self.streamed is not None:  # (its name and arguments went out: the rest of them now)

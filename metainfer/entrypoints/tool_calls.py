@@ -12,17 +12,19 @@ from typing import Callable
 
 # %% auto #0
 __all__ = ['TOOL_CALL', 'SEP', 'DEEPSEEK_CALLS', 'DEEPSEEK_CALL', 'TOOL_FORMATS', 'TOOL_CALL_PARSERS', 'partial_tag', 'tool_call',
-           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'held_tail', 'ToolFormat']
+           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'held_tail', 'JsonValueEnd',
+           'ToolFormat']
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #08b6215f
 TOOL_CALL = ("<tool_call>", "</tool_call>")  # Hermes' tags (Qwen's)
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #35b1a476
-def partial_tag(text: str, tag: str) -> int:
-    """The length of the longest end of `text` that could be the start of `tag` (text to hold back
-    until more comes)."""
+def partial_tag(text: str, tag: str, stop: int | None = None) -> int:
+    """The length of the longest end of `text[:stop]` that could be the start of `tag` (text to
+    hold back until more comes)."""
+    stop = len(text) if stop is None else stop
     return next(
-        (k for k in range(min(len(tag) - 1, len(text)), 0, -1) if text.endswith(tag[:k])), 0
+        (k for k in range(min(len(tag) - 1, stop), 0, -1) if text.endswith(tag[:k], 0, stop)), 0
     )
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #15e22721
@@ -115,13 +117,57 @@ def _v31_head(body: str) -> tuple[str, int] | None:
     return (name.strip(), len(name) + len(SEP)) if sep and name.strip() else None
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #72353957
-def held_tail(args: str, tail: str) -> int:
-    "How many characters at the end of a call's arguments so far may be its body's `tail`."
-    s = args.rstrip()
+def _spaces_before(text: str, i: int) -> int:
+    "Where the white space that ends `text[:i]` starts."
+    while i and text[i - 1].isspace():
+        i -= 1
+    return i
+
+
+def held_tail(text: str, tail: str, stop: int | None = None) -> int:
+    """How many characters at the end of `text[:stop]` (a call's arguments so far) may be its
+    body's `tail`; read from the end, so a piece costs what it holds back, not the whole text."""
+    stop = len(text) if stop is None else stop
+    s = _spaces_before(text, stop)
     if t := tail.strip():
-        cut = len(t) if s.endswith(t) else partial_tag(s, t)
-        s = s[: len(s) - cut].rstrip() if cut else s
-    return len(args) - len(s)
+        cut = len(t) if text.endswith(t, 0, s) else partial_tag(text, t, s)
+        s = _spaces_before(text, s - cut) if cut else s
+    return stop - s
+
+# %% ../../nbs/entrypoints/15a_tool_calls.ipynb #4d82196c
+_JSON_MARKS = re.compile(r'["\\{}\[\]]')  # what nests or quotes
+_SCALAR_END = re.compile(r"[\s,\]}]")
+
+
+class JsonValueEnd:
+    """Where a JSON value that is written piece by piece ends: call it with the text so far, where
+    the value starts (its first character) and how far the text may be read."""
+
+    def __init__(self):
+        self.pos, self.depth, self.in_string, self.end = None, 0, False, None
+
+    def __call__(self, text: str, start: int, stop: int) -> int | None:
+        "The index after the value, once `text[:stop]` holds all of it; else None."
+        if self.end is not None or start >= stop:
+            return self.end
+        i = start if self.pos is None else self.pos
+        if text[start] not in '{["':  # a number, true, false or null: up to a delimiter
+            m = _SCALAR_END.search(text, max(i, start + 1), stop)
+            self.pos, self.end = stop, m and m.start()
+            return self.end
+        while (m := _JSON_MARKS.search(text, i, stop)) is not None:
+            c, i = m[0], m.end()
+            if self.in_string:
+                i += c == "\\"  # (the escaped character: perhaps in the next piece)
+                self.in_string = c != '"'
+            elif c in '"{[]}':
+                self.in_string = c == '"'
+                self.depth += (c in "{[") - (c in "]}")
+            if self.depth == 0 and not self.in_string:
+                self.end = i
+                break
+        self.pos = max(i, stop)  # (no mark in between: read once)
+        return self.end
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #a8143d06
 @dataclass(frozen=True)
