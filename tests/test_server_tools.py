@@ -194,17 +194,38 @@ def test_tool_choice_none_and_no_tools_leave_the_text(served, client):
         assert c.message.content == ANSWER.split("</think>\n\n")[1]
 
 
-def test_a_call_that_is_not_json_stays_in_the_content(served, client):
-    text = 'Sure. <tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
+def raw_calls(chunks) -> list[tuple[str, str]]:
+    "A streamed chat's calls joined as a client joins them, arguments as text."
+    calls = {}
+    for t in (t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []):
+        name, args = calls.get(t.index, (t.function.name, ""))
+        calls[t.index] = (name, args + (t.function.arguments or ""))
+    return list(calls.values())
+
+
+def test_a_call_whose_arguments_are_cut_or_not_json_is_still_a_call(served, client):
+    """Once its name is written a call is a call, streamed or not (a streamed one can't be taken
+    back): arguments that are not JSON, or cut off by max_tokens, come as written. A body that
+    names no function stays in the content."""
+    ask = dict(model="tiny", messages=ASK, tools=TOOLS, temperature=0)
+    bad = 'Sure. <tool_call>{"name": "get_weather", "arguments": {"city": </tool_call>'
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    long = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "' + "Paris " * 40
+    for text, kw, finish in [(bad, {}, "tool_calls"), (long, {"tool_choice": named}, "length")]:
+        will_write(served, text)
+        c = client.chat.completions.create(**ask, **kw, max_tokens=30).choices[0]
+        whole = [(t.function.name, t.function.arguments) for t in c.message.tool_calls]
+        assert whole[0][0] == "get_weather" and whole[0][1].startswith('{"city":')
+        assert (c.message.content or "", c.finish_reason) == ("Sure." if kw == {} else "", finish)
+        will_write(served, text)
+        chunks = list(client.chat.completions.create(**ask, **kw, max_tokens=30, stream=True))
+        assert raw_calls(chunks) == whole
+    with pytest.raises(json.JSONDecodeError):  # (cut off: not JSON)
+        json.loads(whole[0][1])
+    text = "Sure. <tool_call>not a call</tool_call>"
     will_write(served, text)
-    r = client.chat.completions.create(
-        model="tiny", messages=ASK, tools=TOOLS, temperature=0, max_tokens=100
-    )
-    assert (
-        r.choices[0].message.content,
-        r.choices[0].message.tool_calls,
-        r.choices[0].finish_reason,
-    ) == (text, None, "stop")
+    c = client.chat.completions.create(**ask, max_tokens=30).choices[0]
+    assert (c.message.content, c.message.tool_calls, c.finish_reason) == (text, None, "stop")
 
 
 def test_tool_results_are_rendered_by_the_template(served, client):

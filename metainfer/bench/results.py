@@ -13,7 +13,6 @@ from dataclasses import asdict
 from pathlib import Path
 from ..config import add_engine_args, engine_config
 from .common import Card
-from ..engine.runner import resolved_settings
 
 # %% auto #0
 __all__ = ['SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment',
@@ -136,6 +135,8 @@ def _model_record(cfg, model_dir: str, params: int) -> dict:
 def _engine_record(engine, card: Card) -> dict:
     """The engine's part of a record: its settings as it ran (`resolved_settings`, as the server's
     settings gauge reports them) and the KV bytes a token takes."""
+    from metainfer.engine.runner import resolved_settings  # (torch: not for `--help`)
+
     return resolved_settings(engine) | {"kv_bytes_per_token": card.kv_per_token}
 
 # %% ../../nbs/bench/18aa_results.ipynb #ed7f024e

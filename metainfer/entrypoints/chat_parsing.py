@@ -165,10 +165,13 @@ _SPACES = re.compile(r"\s*")
 
 
 @patch
-def _stream_call(self: ChatOutputParser, out, body: str) -> None:
+def _stream_call(
+    self: ChatOutputParser, out, body: str, closed: bool = False, cut_off: bool = False
+) -> None:
     """Give out what is new of the call `body` so far: its name once `head` has it (a call past
     `max_calls` never goes out), then its arguments up to what may be the body's tail, or to the
-    end of their JSON value once it is whole; in one entry a piece."""
+    end of their JSON value once it is whole; in one entry a piece. `closed`: the end tag came
+    after `body`; `cut_off`: the output ended in it, so all of it is arguments."""
     if self.streamed is None:
         if (head := self.fmt.head(body)) is None or self.num_calls == self.max_calls:
             return
@@ -178,10 +181,10 @@ def _stream_call(self: ChatOutputParser, out, body: str) -> None:
     if not sent:  # (the arguments start at their first character that is not a space)
         at = _SPACES.match(body, at).end()
     # (read by index from the end or from where the last piece stopped: a piece costs its length)
-    stop = max(at, len(body) - partial_tag(body, self.fmt.end))  # (the end tag may be coming)
-    upto = stop - held_tail(body, self.fmt.tail, stop)
-    if (end := value_end(body, at, stop)) is not None:  # (a Hermes body may go on: `, "id": 1}`)
-        upto = min(upto, end)
+    whole = closed or cut_off  # (else the end tag may be coming)
+    stop = len(body) if whole else max(at, len(body) - partial_tag(body, self.fmt.end))
+    if (upto := value_end(body, at, stop)) is None:  # (once whole: a Hermes body may go on)
+        upto = stop - held_tail(body, "" if cut_off else self.fmt.tail, stop)
     if upto > at + sent:
         calls = out["tool_calls"]
         if not (calls and calls[-1]["index"] == self.num_calls):  # (else: with its head)
@@ -202,9 +205,14 @@ def _tool(self: ChatOutputParser, out, final) -> bool:
     self.searched = 0
     body = self._take(end if end >= 0 else len(self.buf))
     closed = self._take(len(self.fmt.end)) if end >= 0 else ""
-    if self.streamed is not None:  # (its name and arguments went out: the rest of them now)
-        self._stream_call(out, body)
-        self.num_calls, self.after_call, self.streamed = self.num_calls + 1, True, None
+    # (not JSON, or cut off by max_tokens: a call still once its head is written, as it streams)
+    headed = self.streamed is not None or (
+        self.fmt.parse(body) is None and self.fmt.head(body) is not None
+    )
+    if headed:
+        self._stream_call(out, body, end >= 0, end < 0)  # (the rest of it, or all of it)
+        self.num_calls += self.streamed is not None  # (a call past `max_calls` never goes out)
+        self.after_call, self.streamed = True, None
     elif (call := self.fmt.parse(body)) is not None:
         if self.max_calls is None or self.num_calls < self.max_calls:  # (vLLM drops the rest)
             out["tool_calls"].append({"index": self.num_calls} | call)
