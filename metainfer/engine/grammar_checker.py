@@ -8,6 +8,7 @@ import copy
 import logging
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from multiprocessing.connection import Connection
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['lltokenizer_args', 'lltokenizer', 'mask_ms', 'GrammarChecker']
+__all__ = ['lltokenizer_args', 'lltokenizer', 'mask_ms', 'GrammarChecker', 'CheckerPool']
 
 # %% ../../nbs/engine/12eb_grammar_checker.ipynb #6f9c7718
 def lltokenizer_args(tokenizer, vocab_size: int) -> tuple[str, int, int | None]:
@@ -158,3 +159,26 @@ def check(self: GrammarChecker, p) -> tuple[str | None, str | None]:
         self.close()
         logging.getLogger("metainfer").warning(f"grammar checker: a {p.kind} grammar {why}")
         return None, f"{p.described} {why}"
+
+# %% ../../nbs/engine/12eb_grammar_checker.ipynb #f24e60fc
+class CheckerPool:
+    "`size` `GrammarChecker`s (the rest of the arguments are theirs); a check takes a free one."
+
+    def __init__(self, size: int, *args, **kwargs):
+        self.checkers = [GrammarChecker(*args, **kwargs) for _ in range(size)]
+        self._free = queue.LifoQueue()  # (the last used first: its process is up)
+        for checker in reversed(self.checkers):
+            self._free.put(checker)
+
+    def check(self, p) -> tuple[str | None, str | None]:
+        "`GrammarChecker.check` on a free checker (waiting for one while all are busy)."
+        checker = self._free.get()
+        try:
+            return checker.check(p)
+        finally:
+            self._free.put(checker)
+
+    def close(self) -> None:
+        "Stop every checker's process."
+        for checker in self.checkers:
+            checker.close()

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 # (these names were first defined here: importing them from here keeps working)
 from .grammar_matcher import ACTIVE, MAY_REASON, REASONING, GrammarMatcher  # noqa: F401
 from .grammar_matcher import MatcherBuilds
-from .grammar_checker import GrammarChecker, lltokenizer_args, mask_ms
+from .grammar_checker import CheckerPool, GrammarChecker, lltokenizer_args, mask_ms
 from .grammar_checker import lltokenizer as llguidance_tokenizer
 
 # %% auto #0
@@ -241,7 +241,7 @@ class GrammarCompiler:
         self.tokenizer_args = functools.cache(
             functools.partial(lltokenizer_args, tokenizer, vocab_size)
         )
-        self.checker = GrammarChecker(compile_grammar, self.tokenizer_args)
+        self.checker = CheckerPool(4, compile_grammar, self.tokenizer_args)  # (the requests')
         # the engine thread's own, for a grammar not cached when its sequence is admitted (offline,
         # or evicted since the server checked it): it never waits behind the requests' checks
         self.admission_checker = GrammarChecker(compile_grammar, self.tokenizer_args)
@@ -287,7 +287,7 @@ def _cached(self: GrammarCompiler, key: str) -> str | None:
 def compile(
     self: GrammarCompiler, p: StructuredOutputsParams, checker: GrammarChecker | None = None
 ) -> str:
-    """`p`'s grammar, checked (by `checker`, else the requests' one) and cached: llguidance's text
+    """`p`'s grammar, checked (by `checker`, else the requests' pool) and cached: llguidance's text
     of it, or a `GrammarError`."""
     try:
         key = p.key()
