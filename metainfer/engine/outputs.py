@@ -136,9 +136,11 @@ class Request:
     # once its prompt ran, if it asks
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     sent: tuple[int, int] | None = None  # `DELTA`: the characters and tokens output so far
+    prompt_token_ids: list[int] | None = None  # every output's (one list: not copied each step)
 
     def __post_init__(self):  # room for the logprobs its params ask for
         p, n = self.seq.params, self.seq.num_prompt_tokens
+        self.prompt_token_ids = self.seq.token_ids[:n]
         if p.logprobs is not None and self.logprobs is None:
             self.logprobs = []
         if p.prompt_logprobs is not None and self.prompt_logprobs is None:
@@ -202,12 +204,12 @@ def output(
     """The request's output so far, its text cut at the first stop string; until it finishes, never
     text that a stop string could still remove (vLLM's stop buffer)."""
     seq, text, p = self.seq, "", self.seq.params
+    ids = seq.completion_token_ids  # (a copy: taken once)
     stop_token = self.stop_token(eos_token_ids) if self.stop_reason is None else None
     if stop_token is not None and (stop_token != eos_token_id or p.ignore_eos):
         self.stop_reason = stop_token  # (vLLM's: a stop token, or another EOS id; not the EOS)
-    if self.detok is not None and self.reports:
-        ids = seq.completion_token_ids  # a stop token's text is left out, as a stop string is
-        self.detok.add(
+    if self.detok is not None and self.reports:  # (a stop token's text is left out, as a stop
+        self.detok.add(  # string's is)
             ids if stop_token is None or p.include_stop_str_in_output else ids[:-1],
             final=seq.is_finished,
         )
@@ -232,7 +234,7 @@ def output(
     out = CompletionOutput(
         0,
         text,
-        seq.completion_token_ids,
+        ids,
         self.cumulative_logprob if asked else None,
         list(self.logprobs) if asked else None,
         seq.finish_reason,
@@ -241,11 +243,11 @@ def output(
     if p.output_kind == RequestOutputKind.DELTA and self.stream:  # only what is new since the last
         if self.sent is not None:  # (the prompt's logprobs: in the first only)
             out, prompt_lps = delta(out, *self.sent), None
-        self.sent = (len(text), len(seq.completion_token_ids))
+        self.sent = (len(text), len(ids))
     return RequestOutput(
         self.request_id,
         self.prompt,
-        seq.token_ids[: seq.num_prompt_tokens],
+        self.prompt_token_ids,
         prompt_lps,
         [out],
         seq.is_finished,
