@@ -4,7 +4,7 @@
 
 # %% ../../nbs/engine/13c_outputs.ipynb #11aa8029
 from __future__ import annotations
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 from fastcore.basics import patch
 from .sampling_params import RequestOutputKind, SamplingParams
@@ -136,7 +136,8 @@ class Request:
     # once its prompt ran, if it asks
     prompt_logprobs: list[dict[int, Logprob] | None] | None = None
     sent: tuple[int, int] | None = None  # `DELTA`: the characters and tokens output so far
-    prompt_token_ids: list[int] | None = None  # every output's (one list: not copied each step)
+    # every output's (one list, not copied each step)
+    prompt_token_ids: list[int] = field(init=False, repr=False)
 
     def __post_init__(self):  # room for the logprobs its params ask for
         p, n = self.seq.params, self.seq.num_prompt_tokens
@@ -164,9 +165,9 @@ def streams(params: SamplingParams, stream: bool = True) -> bool:
 def stop_token(self: Request, eos_token_ids: set[int]) -> int | None:
     "The token that stopped the sequence (an end-of-sequence or stop token), if one did."
     seq, p = self.seq, self.seq.params
-    t = seq.completion_token_ids[-1] if seq.completion_token_ids else None
-    if not (seq.is_finished and seq.finish_reason == "stop"):
+    if not (seq.is_finished and seq.finish_reason == "stop" and seq.num_completion_tokens):
         return None
+    t = seq.token_ids[seq.num_known - 1]  # (its last known token)
     return t if t in p.stop_token_set or (t in eos_token_ids and not p.ignore_eos) else None
 
 # %% ../../nbs/engine/13c_outputs.ipynb #0319e2d0

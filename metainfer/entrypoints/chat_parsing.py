@@ -8,8 +8,8 @@ import json
 import re
 from fastcore.basics import patch
 from ..engine.grammar_matcher import ACTIVE, MAY_REASON, REASONING
-from .tool_calls import TOOL_FORMATS, ToolFormat, JsonValueEnd
-from .tool_calls import held_tail, partial_tag
+from .tool_calls import TOOL_FORMATS, ToolFormat, ArgumentsStream
+from .tool_calls import partial_tag
 from .tool_calls import tool_call
 
 # %% auto #0
@@ -83,8 +83,7 @@ class ChatOutputParser:
         self.tools, self.num_calls, self.buf, self.space = tools, 0, "", ""
         self.mode, self.in_reasoning = "start" if reasoning else "content", in_reasoning
         self.fmt, self.max_calls, self.stream_calls = tool_format, max_calls, stream_calls
-        # a call going out: where its arguments start, how many of them went, where they end
-        self.streamed: tuple[int, int, JsonValueEnd] | None = None
+        self.streamed: ArgumentsStream | None = None  # a call going out
         self.searched = 0  # a call's body so far holds no end tag before this
         self.after_think = False  # newlines right after </think> are dropped
         # nothing but whitespace since the last tool call (which is then dropped)
@@ -176,22 +175,19 @@ def _stream_call(
         if (head := self.fmt.head(body)) is None or self.num_calls == self.max_calls:
             return
         out["tool_calls"].append({"index": self.num_calls} | tool_call(head[0], ""))
-        self.streamed = (head[1], 0, JsonValueEnd())
-    at, sent, value_end = self.streamed
-    if not sent:  # (the arguments start at their first character that is not a space)
-        at = _SPACES.match(body, at).end()
-    # (read by index from the end or from where the last piece stopped: a piece costs its length)
+        self.streamed = ArgumentsStream(head[1])
+    args = self.streamed
+    if not args.sent:  # (the arguments start at their first character that is not a space)
+        args.at = _SPACES.match(body, args.at).end()
     whole = closed or cut_off  # (else the end tag may be coming)
-    stop = len(body) if whole else max(at, len(body) - partial_tag(body, self.fmt.end))
-    if (upto := value_end(body, at, stop)) is None:  # (once whole: a Hermes body may go on)
-        upto = stop - held_tail(body, "" if cut_off else self.fmt.tail, stop)
-    if upto > at + sent:
+    stop = len(body) if whole else max(args.at, len(body) - partial_tag(body, self.fmt.end))
+    upto = args.upto(body, stop, "" if cut_off else self.fmt.tail)
+    if upto > args.at + args.sent:
         calls = out["tool_calls"]
         if not (calls and calls[-1]["index"] == self.num_calls):  # (else: with its head)
             calls.append({"index": self.num_calls, "function": {"arguments": ""}})
-        calls[-1]["function"]["arguments"] += body[at + sent : upto]
-        sent = upto - at
-    self.streamed = (at, sent, value_end)
+        calls[-1]["function"]["arguments"] += body[args.at + args.sent : upto]
+        args.sent = upto - args.at
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #0b85f4e3
 @patch
@@ -206,14 +202,12 @@ def _tool(self: ChatOutputParser, out, final) -> bool:
     body = self._take(end if end >= 0 else len(self.buf))
     closed = self._take(len(self.fmt.end)) if end >= 0 else ""
     # (not JSON, or cut off by max_tokens: a call still once its head is written, as it streams)
-    headed = self.streamed is not None or (
-        self.fmt.parse(body) is None and self.fmt.head(body) is not None
-    )
-    if headed:
+    call = None if self.streamed is not None else self.fmt.parse(body)
+    if self.streamed is not None or (call is None and self.fmt.head(body) is not None):
         self._stream_call(out, body, end >= 0, end < 0)  # (the rest of it, or all of it)
         self.num_calls += self.streamed is not None  # (a call past `max_calls` never goes out)
         self.after_call, self.streamed = True, None
-    elif (call := self.fmt.parse(body)) is not None:
+    elif call is not None:
         if self.max_calls is None or self.num_calls < self.max_calls:  # (vLLM drops the rest)
             out["tool_calls"].append({"index": self.num_calls} | call)
             self.num_calls += 1

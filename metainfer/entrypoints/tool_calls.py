@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 # %% auto #0
 __all__ = ['TOOL_CALL', 'SEP', 'DEEPSEEK_CALLS', 'DEEPSEEK_CALL', 'TOOL_FORMATS', 'TOOL_CALL_PARSERS', 'partial_tag', 'tool_call',
-           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'held_tail', 'JsonValueEnd',
+           'parse_tool_call', 'parse_deepseek_v3_call', 'parse_deepseek_v31_call', 'JsonValueEnd', 'ArgumentsStream',
            'ToolFormat']
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #08b6215f
@@ -116,24 +116,6 @@ def _v31_head(body: str) -> tuple[str, int] | None:
     name, sep, _ = body.partition(SEP)
     return (name.strip(), len(name) + len(SEP)) if sep and name.strip() else None
 
-# %% ../../nbs/entrypoints/15a_tool_calls.ipynb #72353957
-def _spaces_before(text: str, i: int) -> int:
-    "Where the white space that ends `text[:i]` starts."
-    while i and text[i - 1].isspace():
-        i -= 1
-    return i
-
-
-def held_tail(text: str, tail: str, stop: int | None = None) -> int:
-    """How many characters at the end of `text[:stop]` (a call's arguments so far) may be its
-    body's `tail`; read from the end, so a piece costs what it holds back, not the whole text."""
-    stop = len(text) if stop is None else stop
-    s = _spaces_before(text, stop)
-    if t := tail.strip():
-        cut = len(t) if text.endswith(t, 0, s) else partial_tag(text, t, s)
-        s = _spaces_before(text, s - cut) if cut else s
-    return stop - s
-
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #4d82196c
 _JSON_MARKS = re.compile(r'["\\{}\[\]]')  # what nests or quotes
 _SCALAR_END = re.compile(r"[\s,\]}]")
@@ -168,6 +150,41 @@ class JsonValueEnd:
                 break
         self.pos = max(i, stop)  # (no mark in between: read once)
         return self.end
+
+# %% ../../nbs/entrypoints/15a_tool_calls.ipynb #d429d119
+def _spaces_before(text: str, i: int, lo: int = 0) -> int:
+    "Where the white space that ends `text[lo:i]` starts."
+    while i > lo and text[i - 1].isspace():
+        i -= 1
+    return i
+
+
+@dataclass
+class ArgumentsStream:
+    "A streamed call's arguments: they start at `at` in its body, and `sent` of them went out."
+
+    at: int
+    sent: int = 0
+    value_end: JsonValueEnd = field(default_factory=JsonValueEnd)
+    read: int = 0  # the body's characters read so far,
+    blank: int = 0  # and where the white space that ends them starts (none: `read`)
+
+    def upto(self, body: str, stop: int, tail: str) -> int:
+        """How far the arguments in `body[:stop]` may go out (`stop` never less than the last
+        piece's): to where their JSON value ends once whole, else up to what may be `tail`."""
+        if (end := self.value_end(body, self.at, stop)) is not None:
+            return end
+        lo = self.at + self.sent  # (what went out is not looked at again)
+        self.read, self.blank = max(self.read, self.at), max(self.blank, self.at)
+        new = _spaces_before(
+            body, stop, self.read
+        )  # (white space all the new text: the run goes on)
+        self.blank, self.read = (new if new > self.read else max(self.blank, lo)), stop
+        s = self.blank
+        if t := tail.strip():
+            cut = len(t) if body.endswith(t, lo, s) else min(partial_tag(body, t, s), s - lo)
+            s = _spaces_before(body, s - cut, lo) if cut else s
+        return s
 
 # %% ../../nbs/entrypoints/15a_tool_calls.ipynb #a8143d06
 @dataclass(frozen=True)
