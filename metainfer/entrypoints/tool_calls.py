@@ -176,9 +176,8 @@ class ArgumentsStream:
             return end
         lo = self.at + self.sent  # (what went out is not looked at again)
         self.read, self.blank = max(self.read, self.at), max(self.blank, self.at)
-        new = _spaces_before(
-            body, stop, self.read
-        )  # (white space all the new text: the run goes on)
+        # (only the new text is read; if it is all white space, the run before it goes on)
+        new = _spaces_before(body, stop, self.read)
         self.blank, self.read = (new if new > self.read else max(self.blank, lo)), stop
         s = self.blank
         if t := tail.strip():
