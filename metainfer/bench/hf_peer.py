@@ -14,6 +14,9 @@ from .common import random_prompts
 __all__ = ['hf_generate_decode', 'hf_compiled_decode', 'hf_decode_rate', 'hf_peers', 'hf_generate_batch', 'hf_throughput']
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #c005
+_GREEDY = dict(do_sample=False, eos_token_id=None, pad_token_id=0)  # `generate`'s: every token
+
+
 def _sync(t: Tensor) -> None:
     if t.is_cuda:
         torch.cuda.synchronize(t.device)
@@ -22,9 +25,7 @@ def _sync(t: Tensor) -> None:
 @torch.no_grad()
 def hf_generate_decode(model, ids: Tensor, n: int) -> dict:
     "HF `generate`, eager: `n` new tokens minus 1 new token, so prefill is left out."
-    kw = dict(
-        do_sample=False, eos_token_id=None, pad_token_id=0, attention_mask=torch.ones_like(ids)
-    )
+    kw = _GREEDY | dict(attention_mask=torch.ones_like(ids))
 
     def gen(k):
         _sync(ids)
@@ -134,8 +135,7 @@ def hf_generate_batch(model, prompts: list[list[int]], n: int) -> list[list[int]
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=ids.device)
-    kw = dict(do_sample=False, eos_token_id=None, pad_token_id=0)
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **kw)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, **_GREEDY)
     return out[:, width:].tolist()
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #a967c2eb
