@@ -241,7 +241,7 @@ def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
         [] if self.items or self.calls else self._grow("message", "")
     )  # (an empty answer is an empty message)
     evs += self._close("incomplete" if cut and not self.calls else "completed")
-    for call in self.calls:
+    for k, call in enumerate(self.calls, 1):
         item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
         evs += self._add(item)
         args = call["function"]["arguments"]
@@ -249,7 +249,8 @@ def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
             self.event("response.function_call_arguments.delta", **self._where(), delta=args),
             self.event("response.function_call_arguments.done", **self._where(), arguments=args),
         ]
-        item |= {"arguments": args, "status": "completed"}
+        last_cut = cut and k == len(self.calls)  # (the last item is what the cut ended in)
+        item |= {"arguments": args, "status": "incomplete" if last_cut else "completed"}
         evs.append(
             self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)
         )
