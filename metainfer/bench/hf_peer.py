@@ -4,11 +4,11 @@
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #c001
 from __future__ import annotations
-import gc
 import time
 import torch
 from torch import Tensor
 from .common import random_prompts
+from .results import free_memory
 
 # %% auto #0
 __all__ = ['hf_generate_decode', 'hf_compiled_decode', 'hf_decode_rate', 'hf_peers', 'hf_generate_batch', 'hf_throughput']
@@ -100,8 +100,7 @@ def hf_decode_rate(
         res = hf_generate_decode(model, ids, output_len)
     res.pop("token_ids", None)
     del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    free_memory()
     return {"compile": compile} | res
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #76034a99
@@ -123,9 +122,7 @@ def hf_peers(
             peers[name] = {"batch": 1, "device": str(device), "dtype": str(dtype)} | rate
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"[:500]
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_memory()  # (what a failed one left)
     return peers, errors
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #f422a1ff
@@ -163,9 +160,7 @@ def hf_throughput(
         made += n * len(b)
     elapsed = time.perf_counter() - start
     del model
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    free_memory()
     return {
         "max_batch": max_batch,
         "batches": len(batches),

@@ -11,6 +11,7 @@ from pathlib import Path
 from .common import decode_roofline, host_probe, measure_card, random_prompts
 from metainfer.bench.results import (
     add_offline_arguments,
+    add_peer_argument,
     free_memory,
     plot_bars,
     print_summary,
@@ -117,12 +118,7 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
 # %% ../../nbs/bench/18d_latency.ipynb #55f17bfa
 def _add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     "`--peer hf` and which HF modes it times."
-    parser.add_argument(
-        "--peer",
-        choices=["none", "hf"],
-        default="none",
-        help="hf: also time HF transformers on the same checkpoint",
-    )
+    add_peer_argument(parser, "time HF transformers' B=1 decode on the same checkpoint")
     parser.add_argument(
         "--peer-modes",
         default="eager,compile",

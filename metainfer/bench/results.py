@@ -15,9 +15,9 @@ from ..config import add_engine_args, engine_config
 from .common import Card
 
 # %% auto #0
-__all__ = ['SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'start_engine', 'bench_command', 'environment',
-           'source_version', 'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory', 'plot_bars',
-           'summary_line', 'print_summary']
+__all__ = ['SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'add_peer_argument', 'start_engine', 'bench_command',
+           'environment', 'source_version', 'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory',
+           'plot_bars', 'summary_line', 'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #47e8983b
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -38,6 +38,11 @@ def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_engine_args(parser)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")
+
+# %% ../../nbs/bench/18aa_results.ipynb #215bc327
+def add_peer_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    "`--peer hf`: HF transformers on the same checkpoint, after the engine (`what` it does then)."
+    parser.add_argument("--peer", choices=["none", "hf"], default="none", help=f"hf: also {what}")
 
 # %% ../../nbs/bench/18aa_results.ipynb #e54598e4
 def start_engine(args: argparse.Namespace):

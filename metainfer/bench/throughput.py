@@ -17,6 +17,7 @@ from metainfer.bench.common import (
 )
 from metainfer.bench.results import (
     add_offline_arguments,
+    add_peer_argument,
     free_memory,
     plot_bars,
     print_summary,
@@ -99,12 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="GPU kernel time by category, idle split (CUDA profiler)",
     )
-    parser.add_argument(
-        "--peer",
-        choices=["none", "hf"],
-        default="none",
-        help="hf: also run the workload through HF transformers' generate (after the engine)",
-    )
+    add_peer_argument(parser, "run the workload through HF transformers' generate")
     parser.add_argument(
         "--peer-max-batch", type=int, default=64, help="--peer hf: prompts in one generate"
     )
