@@ -39,7 +39,7 @@ def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_args(parser)
     add_output_arguments(parser, "file name stem (default: MODE-MODEL-tpN)")
 
-# %% ../../nbs/bench/18aa_results.ipynb #215bc327
+# %% ../../nbs/bench/18aa_results.ipynb #b22a3b05
 def add_peer_argument(parser: argparse.ArgumentParser, what: str) -> None:
     "`--peer hf`: HF transformers on the same checkpoint, after the engine (`what` it does then)."
     parser.add_argument("--peer", choices=["none", "hf"], default="none", help=f"hf: also {what}")

@@ -169,6 +169,9 @@ class CheckerPool:
         self._free = queue.LifoQueue()  # (the last used first: its process is up)
         for checker in reversed(self.checkers):
             self._free.put(checker)
+        # one thread per checker for the server's checks: a check waiting for a checker holds
+        # none of the threads every request's other work (tokenizing, say) shares
+        self.threads = ThreadPoolExecutor(size, thread_name_prefix="grammar-check")
 
     def check(self, p) -> tuple[str | None, str | None]:
         "`GrammarChecker.check` on a free checker (waiting for one while all are busy)."
@@ -179,6 +182,7 @@ class CheckerPool:
             self._free.put(checker)
 
     def close(self) -> None:
-        "Stop every checker's process."
+        "Stop every checker's process (and the checks waiting for one)."
+        self.threads.shutdown(wait=False, cancel_futures=True)
         for checker in self.checkers:
             checker.close()

@@ -83,7 +83,10 @@ def described(self: StructuredOutputsParams) -> str:
 def key(self: StructuredOutputsParams) -> str:
     "The grammar's source as one string: compiled grammars are cached by it."
     d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in SEQUENCE_FIELDS}
-    return json.dumps(d, sort_keys=True, default=str)
+    try:
+        return json.dumps(d, sort_keys=True, default=str)
+    except RecursionError:  # (a dict schema nested past the interpreter's limit)
+        raise GrammarError(f"{self.described} is nested too deeply") from None
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #3674b563
 def _load_json(text: str | dict, what: str) -> Any:
@@ -275,8 +278,9 @@ def _store(self: GrammarCompiler, key: str, text: str) -> None:
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #60ea6ac7
 @patch
-def _cached(self: GrammarCompiler, key: str) -> str | None:
-    "The cached grammar of `key` (now the most recently used), if any."
+def cached(self: GrammarCompiler, p: StructuredOutputsParams) -> str | None:
+    "`p`'s grammar if it is compiled and cached (now the most recently used), else `None`."
+    key = p.key()
     with self._lock:
         if (text := self._cache.get(key)) is not None:
             self._cache.move_to_end(key)
@@ -289,17 +293,13 @@ def compile(
 ) -> str:
     """`p`'s grammar, checked (by `checker`, else the requests' pool) and cached: llguidance's text
     of it, or a `GrammarError`."""
-    try:
-        key = p.key()
-    except RecursionError:  # (a dict schema nested past the interpreter's limit)
-        raise GrammarError(f"{p.described} is nested too deeply") from None
-    if (text := self._cached(key)) is not None:
+    if (text := self.cached(p)) is not None:
         return text
     # (in a process of its own: a grammar that crashes llguidance crashes that process)
     text, why = (checker or self.checker).check(p)
     if text is None:
         raise GrammarError(why)
-    self._store(key, text)
+    self._store(p.key(), text)
     return text
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #e4e8bcff

@@ -223,8 +223,8 @@ async def _choice_params(
         sampling_params(req, len(ids), st.engine.max_model_len, st.sampling_defaults, checked)
         for ids in prompts
     ]
-    grammars = await run_in_threadpool(  # compiled off the event loop and the engine's thread
-        request_grammars, req, starts, st.tokenizer, st.engine.engine.grammars, st.tool_format
+    grammars = await request_grammars(  # compiled off the event loop and the engine's thread
+        req, starts, st.tokenizer, st.engine.engine.grammars, st.tool_format
     )
     if grammars is not None:
         params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]

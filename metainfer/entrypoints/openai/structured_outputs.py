@@ -4,6 +4,7 @@
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #e803da71
 from __future__ import annotations
+import asyncio
 import dataclasses
 import json
 from dataclasses import replace
@@ -14,6 +15,7 @@ from ...engine.grammar_matcher import ACTIVE, MAY_REASON
 from ..chat_parsing import think_token_ids
 from ..tool_calls import TOOL_FORMATS, ToolFormat
 from .protocol import ChatCompletionRequest, OpenAIError
+from starlette.concurrency import run_in_threadpool
 
 # %% auto #0
 __all__ = ['GUIDED', 'CALL_JSON', 'from_response_format', 'structured_params', 'tool_call_grammar', 'reasoning_token_fields',
@@ -167,7 +169,7 @@ def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
     return asked
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #ef49c78e
-def request_grammars(
+async def request_grammars(
     req,
     starts: list[str],  # where each prompt's reply starts (`reply_starts`, `16c_prompts`)
     tokenizer,
@@ -176,14 +178,16 @@ def request_grammars(
 ) -> list[StructuredOutputsParams] | None:
     """Each prompt's structured outputs (compiled and cached), or `None` if the request asks for
     none; a 400 naming the field whose grammar can't be compiled."""
-    if (asked := _asked_grammar(req, tokenizer, tool_format)) is None:
+    if (asked := await run_in_threadpool(_asked_grammar, req, tokenizer, tool_format)) is None:
         return None
     field, so = asked
     if grammars is None:
         raise OpenAIError(f"{field}: this model has no tokenizer for a grammar", param=field)
-    try:
-        grammars.compile(so)
+    try:  # a new grammar is checked on the checkers' threads: waiting holds none of the server's
+        if await run_in_threadpool(grammars.cached, so) is None:
+            await asyncio.wrap_future(grammars.checker.threads.submit(grammars.compile, so))
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
         param = "tools" if field == "tool_choice" else field
         raise OpenAIError(f"{param}: {e}", param=param) from None
-    return [replace(so, **reasoning_token_fields(tokenizer, s)) for s in starts]
+    fields = {s: reasoning_token_fields(tokenizer, s) for s in set(starts)}
+    return [replace(so, **fields[s]) for s in starts]
