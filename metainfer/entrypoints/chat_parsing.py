@@ -89,6 +89,7 @@ class ChatOutputParser:
         # nothing but whitespace since the last tool call (which is then dropped)
         self.after_call = False
         self.echo = ""  # text the first content starts with (a chat's `echo`)
+        self.cut_call = False  # the output ended inside a call that went out (before its end tag)
 
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #5ac41415
 @patch
@@ -206,11 +207,12 @@ def _tool(self: ChatOutputParser, out, final) -> bool:
     if self.streamed is not None or (call is None and self.fmt.head(body) is not None):
         self._stream_call(out, body, end >= 0, end < 0)  # (the rest of it, or all of it)
         self.num_calls += self.streamed is not None  # (a call past `max_calls` never goes out)
+        self.cut_call = end < 0 and self.streamed is not None
         self.after_call, self.streamed = True, None
     elif call is not None:
         if self.max_calls is None or self.num_calls < self.max_calls:  # (vLLM drops the rest)
             out["tool_calls"].append({"index": self.num_calls} | call)
-            self.num_calls += 1
+            self.num_calls, self.cut_call = self.num_calls + 1, end < 0
         self.after_call = True
     else:
         self._say(

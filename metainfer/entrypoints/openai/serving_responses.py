@@ -233,14 +233,19 @@ def feed(self: ResponseEvents, parts: dict) -> list[str]:
 
 # %% ../../../nbs/entrypoints/openai/16i_serving_responses.ipynb #28c90034
 @patch
-def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
+def finish(
+    self: ResponseEvents,
+    out: RequestOutput,
+    cut_call: bool = False,  # the output ended inside its last call (`ChatOutputParser.cut_call`)
+) -> list[str]:
     """The events that end the response: its open item done, its function calls, then
-    `response.completed` (also when `max_output_tokens` cut it, as vLLM's: see above)."""
+    `response.completed` (also when `max_output_tokens` cut it, as vLLM's: see above); the item
+    the cut ended is `"incomplete"`."""
     cut = out.outputs[0].finish_reason == "length"
     evs = (
         [] if self.items or self.calls else self._grow("message", "")
     )  # (an empty answer is an empty message)
-    evs += self._close("incomplete" if cut and not self.calls else "completed")
+    evs += self._close("incomplete" if cut and not cut_call else "completed")
     for k, call in enumerate(self.calls, 1):
         item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
         evs += self._add(item)
@@ -249,8 +254,10 @@ def finish(self: ResponseEvents, out: RequestOutput) -> list[str]:
             self.event("response.function_call_arguments.delta", **self._where(), delta=args),
             self.event("response.function_call_arguments.done", **self._where(), arguments=args),
         ]
-        last_cut = cut and k == len(self.calls)  # (the last item is what the cut ended in)
-        item |= {"arguments": args, "status": "incomplete" if last_cut else "completed"}
+        item |= {
+            "arguments": args,
+            "status": "incomplete" if cut_call and k == len(self.calls) else "completed",
+        }
         evs.append(
             self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)
         )
@@ -279,7 +286,7 @@ async def response_events(
             for e in ev.feed(c.parser.feed(text, final=out.finished)):
                 yield e
         if out is not None:
-            for e in ev.finish(out):
+            for e in ev.finish(out, c.parser.cut_call):
                 yield e
     except EngineError as e:
         # (the code the other streams' error events and the non-streamed 503s carry)
@@ -308,5 +315,5 @@ async def responses(request: Request):
     out, c = (await final_outputs(choices, request))[0], choices[0]
     ev = ResponseEvents(rid, model, req, think)
     ev.feed(c.parser.feed(out.outputs[0].text, final=True))
-    ev.finish(out)
+    ev.finish(out, c.parser.cut_call)
     return JSONResponse(ev.final)
