@@ -516,6 +516,17 @@ def test_responses_api_second_turn_and_limits(served, client):
     assert [(o.type, getattr(o, "name", None)) for o in forced.output] == [
         ("function_call", "get_weather")
     ]
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+    cut_at = len(tok(call, add_special_tokens=False).input_ids) - 4  # (inside the arguments)
+    ask = dict(model="tiny", input="Weather?", tools=RESPONSE_TOOLS, max_output_tokens=cut_at)
+    will_write(served, call + "\n</tool_call>")
+    with client.responses.stream(**ask) as s:
+        streamed = s.get_final_response()
+    will_write(served, call + "\n</tool_call>")
+    for r in (client.responses.create(**ask), streamed):  # the item the cut ended is incomplete
+        assert r.status == "incomplete" and r.output[-1].type == "function_call"
+        assert r.output[-1].status == "incomplete"
+        assert r.output[-1].arguments.startswith('{"city": "Paris"')
     with pytest.raises(openai.BadRequestError, match="stores no responses"):
         client.responses.create(model="tiny", input="Hi", previous_response_id="resp_1")
     for field, value in [("conversation", "conv_1"), ("prompt", {"id": "pmpt_1"})]:
