@@ -10,7 +10,7 @@ deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); contradi
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
-fp8-gemv-ab;
+fp8-gemv-ab; fp8-gemv-scales; throughput-peer;
 free-ckpt: one call (570 s) holds about two of them.
 
 The device image lacks fastcore (every stage: the package imports it), nbdev/execnb/ipython (for
@@ -892,6 +892,14 @@ def stage_fp8_gemv_ab():
             name = f"latency-qwen3-8b-fp8-b1-at-{at.name}-{rnd}"
             bench(f"latency {fp8} --batch-size 1 --name {name}", 120, at)
         bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1-{rnd}", 120)
+
+
+def stage_fp8_gemv_scales():
+    """Issue 30: how the block-wise FP8 GEMV applies its scales (tools/fp8_probes/gemv_scales.py:
+    the package's per-group reshape, scales per column, the input pre-scaled, one group a chunk,
+    none), in a whole B=1 step of Qwen3-8B's shapes in one graph."""
+    sh(f"{PY} tools/fp8_probes/gemv_scales.py {RES / 'gemv-scales.json'}", 200)
+    keep()
 
 
 def stage_fp8_gemv():

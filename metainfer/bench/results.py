@@ -42,7 +42,8 @@ def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
 # %% ../../nbs/bench/18aa_results.ipynb #b22a3b05
 def add_peer_argument(parser: argparse.ArgumentParser, what: str) -> None:
     "`--peer hf`: HF transformers on the same checkpoint, after the engine (`what` it does then)."
-    parser.add_argument("--peer", choices=["none", "hf"], default="none", help=f"hf: also {what}")
+    help = f"hf: also {what} (after the engine)"
+    parser.add_argument("--peer", choices=["none", "hf"], default="none", help=help)
 
 # %% ../../nbs/bench/18aa_results.ipynb #e54598e4
 def start_engine(args: argparse.Namespace):
