@@ -203,7 +203,9 @@ def main(args: argparse.Namespace) -> dict:
         raise SystemExit("--output-len must be at least 3 to time steps between tokens")
     res, device, dtype = measure(args)
     free_memory()
+    name = result_name(args, "latency")
     if args.peer == "hf":
+        write_json(res, args.out, name)  # (the engine's figures kept, should the peers not end)
         from metainfer.bench.hf_peer import hf_peers
 
         peers, errors = hf_peers(
@@ -212,7 +214,6 @@ def main(args: argparse.Namespace) -> dict:
         res["peers"] = peers
         if errors:
             res["peer_errors"] = errors
-    name = result_name(args, "latency")
     write_json(res, args.out, name)
     _plot_latency(res, args, name)
     print_summary(res)

@@ -179,9 +179,10 @@ def main(args: argparse.Namespace) -> dict:
     "`metainfer bench throughput`: measure, then the HF peer; write JSON and a bar chart."
     res, device, dtype = measure(args)
     free_memory()
-    if args.peer == "hf":
-        res |= _hf_peer(args, res, device, dtype)
     name = result_name(args, "throughput")
+    if args.peer == "hf":
+        write_json(res, args.out, name)  # (the engine's figures kept, should the peer not end)
+        res |= _hf_peer(args, res, device, dtype)
     write_json(res, args.out, name)
     _plot_throughput(res, args, name)
     print_summary(res)
