@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
 from multiprocessing.connection import Connection
 from fastcore.basics import patch
@@ -172,6 +172,7 @@ class CheckerPool:
         # one thread per checker for the server's checks: a check waiting for a checker holds
         # none of the threads every request's other work (tokenizing, say) shares
         self.threads = ThreadPoolExecutor(size, thread_name_prefix="grammar-check")
+        self._in_flight, self._lock = {}, threading.Lock()  # `submit`'s futures, by key
 
     def check(self, p) -> tuple[str | None, str | None]:
         "`GrammarChecker.check` on a free checker (waiting for one while all are busy)."
@@ -180,6 +181,22 @@ class CheckerPool:
             return checker.check(p)
         finally:
             self._free.put(checker)
+
+    def submit(self, key: str, fn: Callable, *args) -> Future:
+        """`fn(*args)` on the pool's `threads`, once at a time per `key`: while one of the same
+        `key` waits or runs, its future (a new grammar that many requests send at once is checked
+        once, not once each)."""
+        with self._lock:
+            if new := (f := self._in_flight.get(key)) is None:
+                f = self._in_flight[key] = self.threads.submit(fn, *args)
+        if new:  # (outside the lock: a future done already calls back at once, in this thread)
+            f.add_done_callback(lambda f: self._forget(key, f))
+        return f
+
+    def _forget(self, key: str, f: Future) -> None:
+        with self._lock:
+            if self._in_flight.get(key) is f:
+                del self._in_flight[key]
 
     def close(self) -> None:
         "Stop every checker's process (and the checks waiting for one)."

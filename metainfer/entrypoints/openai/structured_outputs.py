@@ -168,6 +168,11 @@ def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
         asked = ("tool_choice", call)
     return asked
 
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #b52dd239
+def _uncached_key(grammars: GrammarCompiler, so: StructuredOutputsParams) -> str | None:
+    "`so`'s key while its grammar is not compiled yet, else `None`."
+    return None if grammars.cached(so) is not None else so.key()
+
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #ef49c78e
 async def request_grammars(
     req,
@@ -184,8 +189,9 @@ async def request_grammars(
     if grammars is None:
         raise OpenAIError(f"{field}: this model has no tokenizer for a grammar", param=field)
     try:  # a new grammar is checked on the checkers' threads: waiting holds none of the server's
-        if await run_in_threadpool(grammars.cached, so) is None:
-            await asyncio.wrap_future(grammars.checker.threads.submit(grammars.compile, so))
+        if (key := await run_in_threadpool(_uncached_key, grammars, so)) is not None:
+            check = grammars.checker.submit(key, grammars.compile, so)  # (once, sent at once)
+            await asyncio.shield(asyncio.wrap_future(check))  # (a client gone: not the others')
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
         param = "tools" if field == "tool_choice" else field
         raise OpenAIError(f"{param}: {e}", param=param) from None
