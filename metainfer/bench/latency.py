@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from .common import decode_roofline, host_probe, measure_card, random_prompts
 from metainfer.bench.results import (
+    PEER_RUNNING,
     add_offline_arguments,
     add_peer_argument,
     free_memory,
@@ -205,7 +206,7 @@ def main(args: argparse.Namespace) -> dict:
     free_memory()
     name = result_name(args, "latency")
     if args.peer == "hf":
-        write_json(res, args.out, name)  # (the engine's figures kept, should the peers not end)
+        write_json(res | PEER_RUNNING, args.out, name)  # (kept, should the peers not end)
         from metainfer.bench.hf_peer import hf_peers
 
         peers, errors = hf_peers(

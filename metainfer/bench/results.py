@@ -15,9 +15,9 @@ from ..config import add_engine_args, engine_config
 from .common import Card
 
 # %% auto #0
-__all__ = ['SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'add_peer_argument', 'start_engine', 'bench_command',
-           'environment', 'source_version', 'gpu_memory_used', 'run_record', 'result_name', 'write_json', 'free_memory',
-           'plot_bars', 'summary_line', 'print_summary']
+__all__ = ['PEER_RUNNING', 'SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'add_peer_argument', 'start_engine',
+           'bench_command', 'environment', 'source_version', 'gpu_memory_used', 'run_record', 'result_name',
+           'write_json', 'free_memory', 'plot_bars', 'summary_line', 'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #47e8983b
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -44,6 +44,10 @@ def add_peer_argument(parser: argparse.ArgumentParser, what: str) -> None:
     "`--peer hf`: HF transformers on the same checkpoint, after the engine (`what` it does then)."
     help = f"hf: also {what} (after the engine)"
     parser.add_argument("--peer", choices=["none", "hf"], default="none", help=help)
+
+
+# what a result says while its peer runs (written again once it ends)
+PEER_RUNNING = {"peer_errors": {"hf": "did not finish: the run ended while HF ran"}}
 
 # %% ../../nbs/bench/18aa_results.ipynb #e54598e4
 def start_engine(args: argparse.Namespace):

@@ -16,6 +16,7 @@ from metainfer.bench.common import (
     throughput_bound,
 )
 from metainfer.bench.results import (
+    PEER_RUNNING,
     add_offline_arguments,
     add_peer_argument,
     free_memory,
@@ -181,7 +182,7 @@ def main(args: argparse.Namespace) -> dict:
     free_memory()
     name = result_name(args, "throughput")
     if args.peer == "hf":
-        write_json(res, args.out, name)  # (the engine's figures kept, should the peer not end)
+        write_json(res | PEER_RUNNING, args.out, name)  # (kept, should the peer not end)
         res |= _hf_peer(args, res, device, dtype)
     write_json(res, args.out, name)
     _plot_throughput(res, args, name)

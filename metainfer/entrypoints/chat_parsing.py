@@ -234,6 +234,15 @@ def feed(self: ChatOutputParser, text: str, final: bool = False) -> dict:
     out["content"], self.echo = self.echo + out["content"], ""
     return out
 
+# %% ../../nbs/entrypoints/16_chat_parsing.ipynb #acae54e37e7d407bbb7b55eff062a284
+@patch(as_prop=True)
+def ended_in(self: ChatOutputParser) -> str:
+    """What the output, fed whole, ended in: `function_call` (a call that went out, before its end
+    tag), `reasoning` (before `</think>`) or `message` (the rest)."""
+    if self.cut_call:
+        return "function_call"
+    return "reasoning" if self.mode == "reasoning" else "message"
+
 # %% ../../nbs/entrypoints/16_chat_parsing.ipynb #1235da10
 def parse_chat_output(text: str, **kw) -> dict:
     "`ChatOutputParser` over a whole output at once."

@@ -13,9 +13,10 @@ The package's GEMV sums each row's chunk per 128-column group (`tl.reshape` to
 Sums differ from the package's in rounding only (not `noscale`): `rel_err` is the largest
 difference over the largest logit.
 
-H100, 12-07 (docs/benchmarks/h100-2026-12-07-peer/gemv-scales.json): the package 3,314 us a step,
-`xscaled` 3,279, `noscale` 3,258, `gather` 11,069, `group-n16` 7,429: the scales cost under 2 %
-of the step, so the gap to the copy rate is elsewhere; nothing changed.
+H100, 12-07 (docs/benchmarks/h100-2026-12-07-peer/gemv-scales.json): the package 3,314 us a step
+(its copy `reshape` 3,346: runs differ by ~1 %), `xscaled` 3,279, `noscale` 3,258, `gather`
+11,069, `group-n16` 7,429: the scales cost about 2 % of the step, near the noise, so the gap to
+the copy rate is elsewhere; nothing changed.
 
 Usage: python tools/fp8_probes/gemv_scales.py OUT.json"""
 

@@ -236,16 +236,16 @@ def feed(self: ResponseEvents, parts: dict) -> list[str]:
 def finish(
     self: ResponseEvents,
     out: RequestOutput,
-    cut_call: bool = False,  # the output ended inside its last call (`ChatOutputParser.cut_call`)
+    ended_in: str = "message",  # the kind of item the output ended in (`ChatOutputParser.ended_in`)
 ) -> list[str]:
     """The events that end the response: its open item done, its function calls, then
     `response.completed` (also when `max_output_tokens` cut it, as vLLM's: see above); the item
     the cut ended is `"incomplete"`."""
-    cut = out.outputs[0].finish_reason == "length"
+    cut = (ended_in if out.outputs[0].finish_reason == "length" else None) or ""
     evs = (
         [] if self.items or self.calls else self._grow("message", "")
     )  # (an empty answer is an empty message)
-    evs += self._close("incomplete" if cut and not cut_call else "completed")
+    evs += self._close("incomplete" if cut == self.open else "completed")
     for k, call in enumerate(self.calls, 1):
         item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
         evs += self._add(item)
@@ -256,7 +256,9 @@ def finish(
         ]
         item |= {
             "arguments": args,
-            "status": "incomplete" if cut_call and k == len(self.calls) else "completed",
+            "status": "incomplete"
+            if cut == "function_call" and k == len(self.calls)
+            else "completed",
         }
         evs.append(
             self.event("response.output_item.done", output_index=len(self.items) - 1, item=item)
@@ -286,7 +288,7 @@ async def response_events(
             for e in ev.feed(c.parser.feed(text, final=out.finished)):
                 yield e
         if out is not None:
-            for e in ev.finish(out, c.parser.cut_call):
+            for e in ev.finish(out, c.parser.ended_in):
                 yield e
     except EngineError as e:
         # (the code the other streams' error events and the non-streamed 503s carry)
@@ -315,5 +317,5 @@ async def responses(request: Request):
     out, c = (await final_outputs(choices, request))[0], choices[0]
     ev = ResponseEvents(rid, model, req, think)
     ev.feed(c.parser.feed(out.outputs[0].text, final=True))
-    ev.finish(out, c.parser.cut_call)
+    ev.finish(out, c.parser.ended_in)
     return JSONResponse(ev.final)

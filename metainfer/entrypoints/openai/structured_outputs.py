@@ -168,7 +168,7 @@ def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
         asked = ("tool_choice", call)
     return asked
 
-# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #b52dd239
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #f95e9ac8
 def _uncached_key(grammars: GrammarCompiler, so: StructuredOutputsParams) -> str | None:
     "`so`'s key while its grammar is not compiled yet, else `None`."
     return None if grammars.cached(so) is not None else so.key()
