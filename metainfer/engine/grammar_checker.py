@@ -172,7 +172,9 @@ class CheckerPool:
         # one thread per checker for the server's checks: a check waiting for a checker holds
         # none of the threads every request's other work (tokenizing, say) shares
         self.threads = ThreadPoolExecutor(size, thread_name_prefix="grammar-check")
-        self._in_flight, self._lock = {}, threading.Lock()  # `submit`'s futures, by key
+        # `submit`'s futures, by key, with how many callers wait for each
+        self._in_flight: dict[str, list] = {}
+        self._lock = threading.RLock()  # (a future cancelled under it calls `_forget` at once)
 
     def check(self, p) -> tuple[str | None, str | None]:
         "`GrammarChecker.check` on a free checker (waiting for one while all are busy)."
@@ -185,17 +187,26 @@ class CheckerPool:
     def submit(self, key: str, fn: Callable, *args) -> Future:
         """`fn(*args)` on the pool's `threads`, once at a time per `key`: while one of the same
         `key` waits or runs, its future (a new grammar that many requests send at once is checked
-        once, not once each)."""
+        once, not once each). Each caller `release`s it when done waiting."""
         with self._lock:
-            if new := (f := self._in_flight.get(key)) is None:
-                f = self._in_flight[key] = self.threads.submit(fn, *args)
-        if new:  # (outside the lock: a future done already calls back at once, in this thread)
-            f.add_done_callback(lambda f: self._forget(key, f))
-        return f
+            if (entry := self._in_flight.get(key)) is None:
+                entry = self._in_flight[key] = [self.threads.submit(fn, *args), 0]
+                entry[0].add_done_callback(lambda f: self._forget(key, f))
+            entry[1] += 1
+            return entry[0]
+
+    def release(self, key: str, f: Future) -> None:
+        """A caller of `submit` no longer waits for `f`: once none does (their clients gone), it is
+        cancelled if it has not begun."""
+        with self._lock:
+            if (entry := self._in_flight.get(key)) is not None and entry[0] is f:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    f.cancel()  # (calls `_forget` if it had not begun)
 
     def _forget(self, key: str, f: Future) -> None:
         with self._lock:
-            if self._in_flight.get(key) is f:
+            if (entry := self._in_flight.get(key)) is not None and entry[0] is f:
                 del self._in_flight[key]
 
     def close(self) -> None:

@@ -191,7 +191,10 @@ async def request_grammars(
     try:  # a new grammar is checked on the checkers' threads: waiting holds none of the server's
         if (key := await run_in_threadpool(_uncached_key, grammars, so)) is not None:
             check = grammars.checker.submit(key, grammars.compile, so)  # (once, sent at once)
-            await asyncio.shield(asyncio.wrap_future(check))  # (a client gone: not the others')
+            try:  # (shielded: a client gone cancels the check only if no other client waits)
+                await asyncio.shield(asyncio.wrap_future(check))
+            finally:
+                grammars.checker.release(key, check)
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
         param = "tools" if field == "tool_choice" else field
         raise OpenAIError(f"{param}: {e}", param=param) from None
