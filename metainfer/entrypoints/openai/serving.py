@@ -166,12 +166,8 @@ def check_model(st: ServerState, model: str | None) -> str:
     "The served name a request asked for (default: the first); a 404 for any other."
     if model is None or model in st.model_names:
         return model or st.model_names[0]
-    raise OpenAIError(
-        f"The model {model!r} does not exist; this server serves {st.model_names}",
-        404,
-        "model_not_found",
-        "model",
-    )
+    missing = f"The model {model!r} does not exist; this server serves {st.model_names}"
+    raise OpenAIError(missing, 404, "model_not_found", "model")
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #423dde01
 @dataclass
@@ -182,9 +178,8 @@ class Choice:
     prompt: int
     params: SamplingParams
     stream: RequestStream
-    parser: ChatOutputParser | None = (
-        None  # a chat's: splits its text into reasoning, content and tool calls
-    )
+    # a chat's: splits its text into reasoning, content and tool calls
+    parser: ChatOutputParser | None = None
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #1dc8c155
 def abort_all(choices: list[Choice]) -> None:
@@ -214,7 +209,11 @@ async def _prompt_ids(st: ServerState, req: SamplingRequest, prompts_of) -> list
 
 # %% ../../../nbs/entrypoints/openai/16f_serving.ipynb #12a91499
 async def _choice_params(
-    st: ServerState, req: SamplingRequest, prompts, starts: list[str]
+    st: ServerState,
+    req: SamplingRequest,
+    prompts,
+    starts: list[str],
+    request: Request | None = None,  # the HTTP request (its client leaving ends a grammar's wait)
 ) -> list[SamplingParams]:
     "Each prompt's `SamplingParams`, with its grammar, if any (`starts`: `reply_starts`')."
     vocab = st.engine.engine.model_config.vocab_size
@@ -224,7 +223,7 @@ async def _choice_params(
         for ids in prompts
     ]
     grammars = await request_grammars(  # compiled off the event loop and the engine's thread
-        req, starts, st.tokenizer, st.engine.engine.grammars, st.tool_format
+        req, starts, st.tokenizer, st.engine.engine.grammars, st.tool_format, request
     )
     if grammars is not None:
         params = [replace(p, structured_outputs=g) for p, g in zip(params, grammars)]
@@ -283,6 +282,7 @@ async def add_choices(
     prefix: str,
     parser_of=None,
     named: str | None = None,  # the id the client gave the response (after `prefix-`)
+    request: Request | None = None,  # the HTTP request (its client leaving ends a grammar's wait)
 ):
     """`submit` for a parsed request: returns `(model name, choices, response id)`. The engine's
     request ids are new whatever the client names the response, so two may share a name."""
@@ -290,14 +290,11 @@ async def add_choices(
     check_request(st, req)
     n, n_prompts = candidates_per_prompt(req), prompt_count(req)
     if n_prompts * n > MAX_CHOICES:  # (before tokenizing a million prompts)
-        raise OpenAIError(
-            f"{n_prompts} prompts x {n} completions each is more than {MAX_CHOICES} "
-            "completions a request",
-            param="n",
-        )
+        many = f"{n_prompts} prompts x {n} completions each is more than {MAX_CHOICES} "
+        raise OpenAIError(many + "completions a request", param="n")
     prompts = await _prompt_ids(st, req, prompts_of)
     starts = await run_in_threadpool(reply_starts, req, prompts, st.tokenizer, st.reasoning_parser)
-    params = await _choice_params(st, req, prompts, starts)
+    params = await _choice_params(st, req, prompts, starts, request)
     specs = _fan_out(prompts, params, n)
     engine_id = f"{prefix}-{uuid.uuid4().hex}"
     rid = f"{prefix}-{named}" if named else engine_id
@@ -318,4 +315,4 @@ async def submit(
     st, req = await read_request(request, cls)
     if len(named := request.headers.get("x-request-id") or req.request_id or "") > 256:
         raise OpenAIError("X-Request-Id: longer than 256 characters", param="X-Request-Id")
-    return (req, *await add_choices(st, req, prompts_of, prefix, parser_of, named))
+    return (req, *await add_choices(st, req, prompts_of, prefix, parser_of, named, request))

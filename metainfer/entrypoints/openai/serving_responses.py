@@ -242,9 +242,8 @@ def finish(
     `response.completed` (also when `max_output_tokens` cut it, as vLLM's: see above); the item
     the cut ended is `"incomplete"`."""
     cut = (ended_in if out.outputs[0].finish_reason == "length" else None) or ""
-    evs = (
-        [] if self.items or self.calls else self._grow("message", "")
-    )  # (an empty answer is an empty message)
+    empty = not (self.items or self.calls)  # (an empty answer is an empty message)
+    evs = self._grow("message", "") if empty else []
     evs += self._close("incomplete" if cut == self.open else "completed")
     for k, call in enumerate(self.calls, 1):
         item = function_call_item(call, new_id("fc"), "in_progress") | {"arguments": ""}
@@ -302,13 +301,13 @@ async def response_events(
 async def responses(request: Request):
     st, req = await read_request(request, ResponsesRequest)
     try:
+        parser_of = partial(output_parser, stream_calls=False)  # (calls go out whole, at the end)
         model, choices, rid = await add_choices(
-            st, chat_request(req), chat_prompt, "resp", partial(output_parser, stream_calls=False)
-        )  # (its function calls go out whole, at the end)
-    except OpenAIError as e:  # (the chat's field names, as this API spells them)
-        e.param = {"max_completion_tokens": "max_output_tokens", "messages": "input"}.get(
-            e.param, e.param
+            st, chat_request(req), chat_prompt, "resp", parser_of, None, request
         )
+    except OpenAIError as e:  # (the chat's field names, as this API spells them)
+        renamed = {"max_completion_tokens": "max_output_tokens", "messages": "input"}
+        e.param = renamed.get(e.param, e.param)
         raise
     rid = rid.replace("resp-", "resp_", 1)  # (OpenAI's spelling)
     think = think_token_ids(st.tokenizer) if st.reasoning_parser else None

@@ -5,6 +5,7 @@
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #e803da71
 from __future__ import annotations
 import asyncio
+from concurrent.futures import Future
 import dataclasses
 import json
 from dataclasses import replace
@@ -173,6 +174,28 @@ def _uncached_key(grammars: GrammarCompiler, so: StructuredOutputsParams) -> str
     "`so`'s key while its grammar is not compiled yet, else `None`."
     return None if grammars.cached(so) is not None else so.key()
 
+# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
+async def _until_checked(check: Future, request=None) -> None:
+    """Wait for a grammar's shared check (a `GrammarError` if the grammar failed); a 499 if
+    `request`'s client leaves first. Never cancels `check`: others may wait for it."""
+    from metainfer.entrypoints.openai.streaming import wait_disconnect  # (it imports serving)
+
+    checked = asyncio.wrap_future(check)
+    checked.add_done_callback(lambda f: f.cancelled() or f.exception())  # (read, if left)
+    gone = asyncio.ensure_future(wait_disconnect(request)) if request is not None else None
+    try:  # (`wait` cancels neither on the way out, `checked` not even if this task is cancelled)
+        await asyncio.wait({checked, gone} - {None}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if gone is not None:
+            gone.cancel()
+    if not checked.done():
+        raise OpenAIError("the client disconnected", 499, "client_disconnected")
+    if checked.cancelled():  # (the server's checkers stopped)
+        raise OpenAIError(
+            "the grammar checks stopped", 503, "engine_unavailable", type="server_error"
+        )
+    checked.result()
+
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #ef49c78e
 async def request_grammars(
     req,
@@ -180,6 +203,7 @@ async def request_grammars(
     tokenizer,
     grammars: GrammarCompiler | None,  # the engine's (`None`: a model without a tokenizer)
     tool_format: ToolFormat = TOOL_FORMATS["hermes"],  # how the model writes tool calls
+    request=None,  # the HTTP request: its client leaving ends a wait for a check (a 499)
 ) -> list[StructuredOutputsParams] | None:
     """Each prompt's structured outputs (compiled and cached), or `None` if the request asks for
     none; a 400 naming the field whose grammar can't be compiled."""
@@ -191,8 +215,8 @@ async def request_grammars(
     try:  # a new grammar is checked on the checkers' threads: waiting holds none of the server's
         if (key := await run_in_threadpool(_uncached_key, grammars, so)) is not None:
             check = grammars.checker.submit(key, grammars.compile, so)  # (once, sent at once)
-            try:  # (shielded: a client gone cancels the check only if no other client waits)
-                await asyncio.shield(asyncio.wrap_future(check))
+            try:  # (a client gone drops the check only if no other client waits for it)
+                await _until_checked(check, request)
             finally:
                 grammars.checker.release(key, check)
     except GrammarError as e:  # (a forced call's grammar fails only on its tools' parameters)
