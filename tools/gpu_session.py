@@ -10,7 +10,7 @@ deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); contradi
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
-fp8-gemv-ab; fp8-gemv-scales; throughput-peer;
+fp8-gemv-ab; fp8-gemv-scales; fp8-row-sums; throughput-peer;
 free-ckpt: one call (570 s) holds about two of them.
 
 The device image lacks fastcore (every stage: the package imports it), nbdev/execnb/ipython (for
@@ -900,6 +900,14 @@ def stage_fp8_gemv_scales():
     the package's per-group reshape, scales per column, the input pre-scaled, one group a chunk,
     none), in a whole B=1 step of Qwen3-8B's shapes in one graph."""
     sh(f"{PY} tools/fp8_probes/gemv_scales.py {RES / 'gemv-scales.json'}", 200)
+    keep()
+
+
+def stage_fp8_row_sums():
+    """Issue 30: whether 1-byte loads stream at the copy rate (tools/fp8_probes/row_sums.py: a B=1
+    step's weights summed per row as FP8, uint8, int32 and bf16 at several tiles, with registers
+    a thread, beside the package's GEMV in FP8 and bf16)."""
+    sh(f"{PY} tools/fp8_probes/row_sums.py {RES / 'row-sums.json'}", 240)
     keep()
 
 

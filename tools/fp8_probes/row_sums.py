@@ -1,0 +1,162 @@
+"""Whether Triton's 1-byte loads stream at the copy rate at all: a B=1 step's weights (Qwen3-8B's
+36 layers of GEMV shapes) summed per row, no input and no scales, in one CUDA graph.
+
+The block-wise FP8 GEMV streams a step's weights at ~3.08 TB/s on an H200 against bf16's 3.78
+(12-06); its scales (`gemv_scales.py`), tiles, prefetches and double buffering don't explain it.
+Here the same bytes are read as
+- `fp8`: float8_e4m3fn converted to float32 and summed (the GEMV's conversion, nothing else);
+- `u8`: uint8 converted to float32 (an integer conversion instead of FP8's);
+- `u8-int`: uint8 summed as int32 (no float conversion at all);
+- `i32`: int32 words, 4 bytes a load element, summed as int32;
+- `bf16`: bfloat16 pairs, converted to float32 and summed (as the bf16 GEMV loads);
+- `fp8-x`: FP8 times a float32 input, summed (the GEMV without scales);
+each at a few tiles (rows, columns, warps), with its registers and spills a thread (occupancy),
+beside the package's GEMV over the same FP8 weights and over bf16 ones of the same shapes (twice
+the bytes), and the copy rate (`copy_bandwidth`, bytes read plus written).
+
+Usage: python tools/fp8_probes/row_sums.py OUT.json"""
+
+import json
+import sys
+import torch
+from metainfer.bench.common import copy_bandwidth
+from metainfer.kernels import triton_gemv as tg
+from metainfer.kernels.triton_launch import cdiv, jit, tl
+from metainfer.layers.fp8 import FP8, Fp8Weight
+
+sys.path.insert(0, "tools/decode_probes")
+from graph_timing import graph_us  # noqa: E402
+
+dev = torch.device("cuda")
+HID, FF, L = 4096, 12288, 36
+SHAPES = [(4096 + 2 * 1024, HID), (HID, 4096), (2 * FF, HID), (HID, FF)]  # qkv, o, gate/up, down
+
+
+@jit
+def _row_sum(w_ptr, x_ptr, out_ptr, N, K, stride, MODE: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr):  # fmt: skip
+    "Each row of `w` summed (MODE 0: as float32, 1: as int32, 2: times `x`, float32)."
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    valid = n < N
+    rows = w_ptr + n[:, None].to(tl.int64) * stride
+    if MODE == 1:
+        acc = tl.zeros([BLOCK_N], dtype=tl.int32)
+    else:
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for c in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = c * BLOCK_K + tl.arange(0, BLOCK_K)
+        w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
+        if MODE == 1:
+            acc += tl.sum(w.to(tl.int32), 1)
+        elif MODE == 2:
+            x = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+            acc += tl.sum(w.to(tl.float32) * x[None, :], 1)
+        else:
+            acc += tl.sum(w.to(tl.float32), 1)
+    tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=valid)
+
+
+VIEWS = {  # name: (dtype the bytes are read as, mode)
+    "fp8": (FP8, 0),
+    "u8": (torch.uint8, 0),
+    "u8-int": (torch.uint8, 1),
+    "i32": (torch.int32, 1),
+    "bf16": (torch.bfloat16, 0),
+    "fp8-x": (FP8, 2),
+}
+TILES = {  # view: tiles (rows, columns in elements, warps)
+    "fp8": [(8, 2048, 4), (8, 1024, 4), (4, 2048, 4), (2, 4096, 4), (16, 2048, 8), (8, 4096, 8),
+            (4, 4096, 4), (16, 1024, 4), (32, 512, 4)],
+    "u8": [(8, 2048, 4), (8, 4096, 8)],
+    "u8-int": [(8, 2048, 4), (8, 4096, 8)],
+    "i32": [(8, 512, 4), (8, 1024, 8), (4, 1024, 4)],
+    "bf16": [(8, 1024, 4), (4, 1024, 4), (8, 2048, 8)],
+    "fp8-x": [(8, 2048, 4), (4, 2048, 4)],
+}  # fmt: skip
+
+
+def registers(compiled) -> dict:
+    "Registers and spills a thread of a compiled Triton kernel (what bounds its occupancy)."
+    return {k: getattr(compiled, k, None) for k in ("n_regs", "n_spills")}
+
+
+def row_sums(weights, view, mode, tile):
+    "A step's launches of `_row_sum` over `weights` (uint8 [N, K]) read as `view`; its registers."
+    bn, bk, warps = tile
+    x = torch.randn(FF, device=dev)
+    launches = []
+    for w in weights:
+        v = w.view(view)
+        N, K = v.shape
+        out = torch.empty(N, device=dev, dtype=torch.int32 if mode == 1 else torch.float32)
+        launches.append((v, out, N, K))
+    info = {}
+
+    def step():
+        for v, out, N, K in launches:
+            k = _row_sum[(cdiv(N, bn),)](v, x, out, N, K, v.stride(0), MODE=mode, BLOCK_N=bn,
+                                        BLOCK_K=min(bk, tg.next_pow2(K)), num_warps=warps,
+                                        num_stages=3)  # fmt: skip
+            info.setdefault("kernel", k)
+
+    return step, info
+
+
+def package_step(weights):
+    "The package's GEMV over each weight, one row of input."
+    xs = {K: torch.randn(1, K, device=dev, dtype=torch.bfloat16) for _, K in SHAPES}
+    return lambda: [tg.gemv(xs[(w.data if tg.fp8(w) else w).shape[1]], w) for w in weights]
+
+
+def compiled_gemvs() -> list[dict]:
+    "Registers of every compiled specialization of the package's GEMV kernel."
+    rows = []
+    try:
+        for cache in tg._gemv_kernel.device_caches.values():
+            for key, k in cache[0].items():
+                rows.append(dict(key=str(key)[:300], **registers(k)))
+    except Exception as e:  # the cache's layout differs between Triton versions
+        rows.append(dict(error=f"{type(e).__name__}: {e}"[:200]))
+    return rows
+
+
+def main():
+    out_path = sys.argv[1]
+    bytes_ = [(N, K) for _ in range(L) for N, K in SHAPES]
+    weights = [(torch.randn(N, K, device=dev) * 0.5).to(FP8).view(torch.uint8) for N, K in bytes_]
+    nbytes = sum(w.numel() for w in weights)
+    result = dict(device=torch.cuda.get_device_name(), step_bytes=nbytes, rows=[],
+                  copy_TBps=copy_bandwidth(dev) / 1e12)  # fmt: skip
+    print(result, flush=True)
+
+    def save():
+        json.dump(result, open(out_path, "w"), indent=1)
+
+    fp8w = [Fp8Weight(w.view(FP8), torch.rand(w.shape[0], w.shape[1] // 128, device=dev), 128)
+            for w in weights]  # fmt: skip
+    us = graph_us(package_step(fp8w), 1, 20)
+    result["rows"].append(dict(variant="package-fp8", step_us=us, TBps=nbytes / us / 1e6))
+    del fp8w
+    bf = [torch.randn(N, K, device=dev, dtype=torch.bfloat16) for N, K in bytes_]
+    us = graph_us(package_step(bf), 1, 20)
+    result["rows"].append(dict(variant="package-bf16", step_us=us, TBps=2 * nbytes / us / 1e6))
+    del bf
+    result["package_kernels"] = compiled_gemvs()
+    print(result["rows"], flush=True)
+    save()
+    for name, (view, mode) in VIEWS.items():
+        for tile in TILES[name]:
+            row = dict(variant=name, tile=tile)
+            try:
+                step, info = row_sums(weights, view, mode, tile)
+                us = graph_us(step, 1, 20)
+                row.update(step_us=us, TBps=nbytes / us / 1e6, **registers(info["kernel"]))
+            except Exception as e:  # a tile that does not compile here
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            result["rows"].append(row)
+            print(row, flush=True)
+            save()
+
+
+if __name__ == "__main__":
+    main()
