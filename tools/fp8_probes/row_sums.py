@@ -14,14 +14,17 @@ each at a few tiles (rows, columns, warps), with its registers and spills a thre
 beside the package's GEMV over the same FP8 weights and over bf16 ones of the same shapes (twice
 the bytes), and the copy rate (`copy_bandwidth`, bytes read plus written).
 
-Usage: python tools/fp8_probes/row_sums.py OUT.json"""
+`launches`: the same bytes summed by the step's 144 launches (without PDL, and with it as the
+package's GEMV launches) and by two over the whole weights (what a launch's boundary costs).
+
+Usage: python tools/fp8_probes/row_sums.py OUT.json [views|launches]"""
 
 import json
 import sys
 import torch
 from metainfer.bench.common import copy_bandwidth
 from metainfer.kernels import triton_gemv as tg
-from metainfer.kernels.triton_launch import cdiv, jit, tl
+from metainfer.kernels.triton_launch import cdiv, jit, pdl_sync, tl
 from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path.insert(0, "tools/decode_probes")
@@ -33,26 +36,34 @@ SHAPES = [(4096 + 2 * 1024, HID), (HID, 4096), (2 * FF, HID), (HID, FF)]  # qkv,
 
 
 @jit
+def _chunk_sum(w, x_ptr, kk, K, MODE: tl.constexpr):
+    "A chunk's rows summed (MODE 0: as float32, 1: as int32, 2: times `x`, float32)."
+    if MODE == 1:
+        y = tl.sum(w.to(tl.int32), 1)
+    elif MODE == 2:
+        x = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+        y = tl.sum(w.to(tl.float32) * x[None, :], 1)
+    else:
+        y = tl.sum(w.to(tl.float32), 1)
+    return y
+
+
+@jit
 def _row_sum(w_ptr, x_ptr, out_ptr, N, K, stride, MODE: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr):  # fmt: skip
-    "Each row of `w` summed (MODE 0: as float32, 1: as int32, 2: times `x`, float32)."
+             BLOCK_K: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
+    """Each row of `w` summed; with `PDL` the first chunk loaded before the wait for the kernel
+    before (as the package's GEMV does)."""
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     valid = n < N
     rows = w_ptr + n[:, None].to(tl.int64) * stride
-    if MODE == 1:
-        acc = tl.zeros([BLOCK_N], dtype=tl.int32)
-    else:
-        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for c in range(0, tl.cdiv(K, BLOCK_K)):
-        kk = c * BLOCK_K + tl.arange(0, BLOCK_K)
+    k = tl.arange(0, BLOCK_K)
+    w = tl.load(rows + k[None, :], mask=valid[:, None] & (k < K)[None, :], other=0.0)
+    pdl_sync(PDL)
+    acc = _chunk_sum(w, x_ptr, k, K, MODE)
+    for c in range(1, tl.cdiv(K, BLOCK_K)):
+        kk = c * BLOCK_K + k
         w = tl.load(rows + kk[None, :], mask=valid[:, None] & (kk < K)[None, :], other=0.0)
-        if MODE == 1:
-            acc += tl.sum(w.to(tl.int32), 1)
-        elif MODE == 2:
-            x = tl.load(x_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
-            acc += tl.sum(w.to(tl.float32) * x[None, :], 1)
-        else:
-            acc += tl.sum(w.to(tl.float32), 1)
+        acc += _chunk_sum(w, x_ptr, kk, K, MODE)
     tl.store(out_ptr + n, acc.to(out_ptr.dtype.element_ty), mask=valid)
 
 
@@ -80,8 +91,9 @@ def registers(compiled) -> dict:
     return {k: getattr(compiled, k, None) for k in ("n_regs", "n_spills")}
 
 
-def row_sums(weights, view, mode, tile):
-    "A step's launches of `_row_sum` over `weights` (uint8 [N, K]) read as `view`; its registers."
+def row_sums(weights, view, mode, tile, pdl=False):
+    """A step's launches of `_row_sum` over `weights` (uint8 [N, K]) read as `view`; its
+    registers."""
     bn, bk, warps = tile
     x = torch.randn(FF, device=dev)
     launches = []
@@ -96,7 +108,8 @@ def row_sums(weights, view, mode, tile):
         for v, out, N, K in launches:
             k = _row_sum[(cdiv(N, bn),)](v, x, out, N, K, v.stride(0), MODE=mode, BLOCK_N=bn,
                                         BLOCK_K=min(bk, tg.next_pow2(K)), num_warps=warps,
-                                        num_stages=3)  # fmt: skip
+                                        num_stages=3, PDL=pdl,
+                                        **({"launch_pdl": True} if pdl else {}))  # fmt: skip
             info.setdefault("kernel", k)
 
     return step, info
@@ -120,8 +133,47 @@ def compiled_gemvs() -> list[dict]:
     return rows
 
 
-def main():
-    out_path = sys.argv[1]
+def stacked():
+    """A step's weights as two buffers (every `K = 4,096` weight's rows one after another, the
+    down projections' likewise) and the step's 144 weights as views of their rows."""
+    a = (torch.randn(L * sum(N for N, K in SHAPES if K == HID), HID, device=dev) * 0.5).to(FP8)
+    b = (torch.randn(L * sum(N for N, K in SHAPES if K == FF), FF, device=dev) * 0.5).to(FP8)
+    a, b = a.view(torch.uint8), b.view(torch.uint8)
+    views, at = [], dict.fromkeys((HID, FF), 0)
+    for _ in range(L):
+        for N, K in SHAPES:
+            buf = a if K == HID else b
+            views.append(buf[at[K] : at[K] + N])
+            at[K] += N
+    return [a, b], views
+
+
+def launches(out_path):
+    """The same bytes summed by the step's 144 launches (with and without PDL) and by two: what a
+    launch's boundary costs."""
+    whole, views = stacked()
+    nbytes = sum(w.numel() for w in whole)
+    result = dict(device=torch.cuda.get_device_name(), step_bytes=nbytes, rows=[],
+                  copy_TBps=copy_bandwidth(dev) / 1e12)  # fmt: skip
+    fp8w = [Fp8Weight(w.view(FP8), torch.rand(w.shape[0], w.shape[1] // 128, device=dev), 128)
+            for w in views]  # fmt: skip
+    us = graph_us(package_step(fp8w), 1, 20)
+    result["rows"].append(dict(variant="package-fp8", launches=144, step_us=us,
+                               TBps=nbytes / us / 1e6))  # fmt: skip
+    print(result, flush=True)
+    for view, tile in ((FP8, (2, 4096, 4)), (FP8, (8, 2048, 4)), (torch.bfloat16, (4, 1024, 4))):
+        for weights, pdl in ((views, False), (views, True), (whole, False)):
+            row = dict(variant=str(view).split(".")[-1], tile=tile, launches=len(weights), pdl=pdl)
+            step, info = row_sums(weights, view, 0, tile, pdl)
+            us = graph_us(step, 1, 20)
+            row.update(step_us=us, TBps=nbytes / us / 1e6, **registers(info["kernel"]))
+            result["rows"].append(row)
+            print(row, flush=True)
+            json.dump(result, open(out_path, "w"), indent=1)
+
+
+def views(out_path):
+    "A step's weights read as each view at each tile, beside the package's GEMV in FP8 and bf16."
     bytes_ = [(N, K) for _ in range(L) for N, K in SHAPES]
     weights = [(torch.randn(N, K, device=dev) * 0.5).to(FP8).view(torch.uint8) for N, K in bytes_]
     nbytes = sum(w.numel() for w in weights)
@@ -156,6 +208,10 @@ def main():
             result["rows"].append(row)
             print(row, flush=True)
             save()
+
+
+def main():
+    (launches if sys.argv[2:] == ["launches"] else views)(sys.argv[1])
 
 
 if __name__ == "__main__":
