@@ -10,10 +10,11 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from fastcore.basics import patch
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from .protocol import OpenAIError, OpenAIModel, parse_request
 
 # %% auto #0
-__all__ = ['BIG_BODY_BYTES', 'BodyParser', 'check_media_type']
+__all__ = ['BIG_BODY_BYTES', 'BodyParser', 'check_media_type', 'wait_disconnect']
 
 # %% ../../../nbs/entrypoints/openai/16ea_body_parser.ipynb #40e83c5b
 BIG_BODY_BYTES = 256 * 2**10  # larger bodies are validated in a worker process
@@ -58,3 +59,9 @@ def check_media_type(content_type: str | None) -> None:
             code="unsupported_media_type",
             param="Content-Type",
         )
+
+# %% ../../../nbs/entrypoints/openai/16ea_body_parser.ipynb #c3cea11b
+async def wait_disconnect(request: Request) -> None:
+    "Return when the client has closed the connection (the body must have been read)."
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.background import BackgroundTask
 from ...engine.outputs import RequestOutput
 from .protocol import OpenAIError, SamplingRequest
+from .body_parser import wait_disconnect
 from .engine_loop import RequestStream, EngineError
 from metainfer.entrypoints.openai.formatting import (
     checked,
@@ -28,7 +29,7 @@ from metainfer.entrypoints.openai.formatting import (
 from .serving import Choice, abort_all
 
 # %% auto #0
-__all__ = ['merged', 'with_prompt_logprobs', 'choice_events', 'stream_events', 'wait_disconnect', 'final_outputs', 'event_stream']
+__all__ = ['merged', 'with_prompt_logprobs', 'choice_events', 'stream_events', 'final_outputs', 'event_stream']
 
 # %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #a1824e05
 async def _pump(it: AsyncIterator, queue: asyncio.Queue, end) -> None:
@@ -207,12 +208,6 @@ async def stream_events(
     finally:
         abort_all(choices)
     yield sse("[DONE]")
-
-# %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #1edbb028
-async def wait_disconnect(request: Request) -> None:
-    "Return when the client has closed the connection (the body must have been read)."
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 # %% ../../../nbs/entrypoints/openai/16fa_streaming.ipynb #43feaa35
 async def _last(stream: RequestStream) -> RequestOutput:

@@ -16,6 +16,7 @@ from ...engine.grammar_matcher import ACTIVE, MAY_REASON
 from ..chat_parsing import think_token_ids
 from ..tool_calls import TOOL_FORMATS, ToolFormat
 from .protocol import ChatCompletionRequest, OpenAIError
+from .body_parser import wait_disconnect
 from starlette.concurrency import run_in_threadpool
 
 # %% auto #0
@@ -174,19 +175,13 @@ def _uncached_key(grammars: GrammarCompiler, so: StructuredOutputsParams) -> str
     "`so`'s key while its grammar is not compiled yet, else `None`."
     return None if grammars.cached(so) is not None else so.key()
 
-# %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #fc0d98e1
-async def _client_left(request) -> None:
-    "Return once `request`'s client has closed the connection (its body read)."
-    while (await request.receive())["type"] != "http.disconnect":  # (as the streams watch it)
-        pass
-
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 async def _until_checked(check: Future, request=None) -> None:
     """Wait for a grammar's shared check (a `GrammarError` if the grammar failed); a 499 if
     `request`'s client leaves first. Never cancels `check`: others may wait for it."""
     checked = asyncio.wrap_future(check)
     checked.add_done_callback(lambda f: f.cancelled() or f.exception())  # (read, if left)
-    gone = asyncio.ensure_future(_client_left(request)) if request is not None else None
+    gone = asyncio.ensure_future(wait_disconnect(request)) if request is not None else None
     try:  # (`wait` cancels neither on the way out, `checked` not even if this task is cancelled)
         await asyncio.wait({checked, gone} - {None}, return_when=asyncio.FIRST_COMPLETED)
     finally:
