@@ -118,11 +118,7 @@ def _json_options(p: StructuredOutputsParams) -> dict:
         return {"whitespace_flexible": True, "whitespace_pattern": p.whitespace_pattern}
     # json.dumps's separators (or none), and no other whitespace
     sep = ("", "") if p.disable_any_whitespace else (" ", " ")
-    return {
-        "whitespace_flexible": False,
-        "item_separator": "," + sep[0],
-        "key_separator": ":" + sep[1],
-    }
+    return dict(whitespace_flexible=False, item_separator="," + sep[0], key_separator=":" + sep[1])
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #6171eb08
 def _json_grammar(schema: Any, p: StructuredOutputsParams) -> str:
@@ -278,9 +274,8 @@ def _store(self: GrammarCompiler, key: str, text: str) -> None:
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #60ea6ac7
 @patch
-def cached(self: GrammarCompiler, p: StructuredOutputsParams) -> str | None:
-    "`p`'s grammar if it is compiled and cached (now the most recently used), else `None`."
-    key = p.key()
+def cached(self: GrammarCompiler, key: str) -> str | None:
+    "`key`'s grammar (`StructuredOutputsParams.key`) if it is compiled and cached (now the newest)."
     with self._lock:
         if (text := self._cache.get(key)) is not None:
             self._cache.move_to_end(key)
@@ -289,17 +284,20 @@ def cached(self: GrammarCompiler, p: StructuredOutputsParams) -> str | None:
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #ede2594e
 @patch
 def compile(
-    self: GrammarCompiler, p: StructuredOutputsParams, checker: GrammarChecker | None = None
+    self: GrammarCompiler,
+    p: StructuredOutputsParams,
+    checker: GrammarChecker | None = None,  # else the requests' pool
+    key: str | None = None,  # `p.key()`, if the caller has it
 ) -> str:
-    """`p`'s grammar, checked (by `checker`, else the requests' pool) and cached: llguidance's text
-    of it, or a `GrammarError`."""
-    if (text := self.cached(p)) is not None:
+    """`p`'s grammar, checked (in a checker's process) and cached: llguidance's text of it, or a
+    `GrammarError`."""
+    if (text := self.cached(key := key or p.key())) is not None:
         return text
     # (in a process of its own: a grammar that crashes llguidance crashes that process)
     text, why = (checker or self.checker).check(p)
     if text is None:
         raise GrammarError(why)
-    self._store(p.key(), text)
+    self._store(key, text)
     return text
 
 # %% ../../nbs/engine/12e_structured_outputs.ipynb #e4e8bcff

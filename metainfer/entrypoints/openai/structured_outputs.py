@@ -173,7 +173,7 @@ def _asked_grammar(req, tokenizer, tool_format: ToolFormat) -> tuple | None:
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #f95e9ac8
 def _uncached_key(grammars: GrammarCompiler, so: StructuredOutputsParams) -> str | None:
     "`so`'s key while its grammar is not compiled yet, else `None`."
-    return None if grammars.cached(so) is not None else so.key()
+    return None if grammars.cached(key := so.key()) is not None else key
 
 # %% ../../../nbs/entrypoints/openai/16bb_structured_outputs.ipynb #9a63283cbaf04dbcab1f6479b197f3a8
 async def _until_checked(check: Future, request=None) -> None:
@@ -213,7 +213,7 @@ async def request_grammars(
         raise OpenAIError(f"{field}: this model has no tokenizer for a grammar", param=field)
     try:  # a new grammar is checked on the checkers' threads: waiting holds none of the server's
         if (key := await run_in_threadpool(_uncached_key, grammars, so)) is not None:
-            check = grammars.checker.submit(key, grammars.compile, so)  # (once, sent at once)
+            check = grammars.checker.submit(key, grammars.compile, so, None, key)  # (shared)
             try:  # (a client gone drops the check only if no other client waits for it)
                 await _until_checked(check, request)
             finally:
