@@ -122,7 +122,8 @@ def hf_peers(
             peers[name] = {"batch": 1, "device": str(device), "dtype": str(dtype)} | rate
         except Exception as e:
             errors[name] = f"{type(e).__name__}: {e}"[:500]
-        free_memory()  # (what a failed one left)
+        if name in errors:  # (a run that ended frees its own; its traceback is gone by now)
+            free_memory()
     return peers, errors
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #f422a1ff

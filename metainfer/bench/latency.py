@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 from .common import decode_roofline, host_probe, measure_card, random_prompts
 from metainfer.bench.results import (
-    PEER_RUNNING,
     add_offline_arguments,
     add_peer_argument,
-    free_memory,
+    before_peers,
     plot_bars,
     print_summary,
     result_name,
@@ -203,10 +202,8 @@ def main(args: argparse.Namespace) -> dict:
     if args.output_len < 3:  # (TPOT: the steps between the batch's first and last tokens)
         raise SystemExit("--output-len must be at least 3 to time steps between tokens")
     res, device, dtype = measure(args)
-    free_memory()
-    name = result_name(args, "latency")
+    before_peers(res, args, name := result_name(args, "latency"))
     if args.peer == "hf":
-        write_json(res | PEER_RUNNING, args.out, name)  # (kept, should the peers not end)
         from metainfer.bench.hf_peer import hf_peers
 
         peers, errors = hf_peers(

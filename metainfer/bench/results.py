@@ -17,7 +17,7 @@ from .common import Card
 # %% auto #0
 __all__ = ['PEER_RUNNING', 'SECRET_FLAGS', 'add_output_arguments', 'add_offline_arguments', 'add_peer_argument', 'start_engine',
            'bench_command', 'environment', 'source_version', 'gpu_memory_used', 'run_record', 'result_name',
-           'write_json', 'free_memory', 'plot_bars', 'summary_line', 'print_summary']
+           'write_json', 'free_memory', 'before_peers', 'plot_bars', 'summary_line', 'print_summary']
 
 # %% ../../nbs/bench/18aa_results.ipynb #47e8983b
 def add_output_arguments(parser: argparse.ArgumentParser, name_help: str) -> None:
@@ -191,6 +191,14 @@ def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+# %% ../../nbs/bench/18aa_results.ipynb #c7cfefea
+def before_peers(res: dict, args: argparse.Namespace, name: str) -> None:
+    """Free the engine's memory for the peers; with `--peer hf`, write `res` marked as its peer
+    still running (kept, should the peer not end)."""
+    free_memory()
+    if args.peer == "hf":
+        write_json(res | PEER_RUNNING, args.out, name)
 
 # %% ../../nbs/bench/18aa_results.ipynb #e14dd71d
 def plot_bars(

@@ -16,10 +16,9 @@ from metainfer.bench.common import (
     throughput_bound,
 )
 from metainfer.bench.results import (
-    PEER_RUNNING,
     add_offline_arguments,
     add_peer_argument,
-    free_memory,
+    before_peers,
     plot_bars,
     print_summary,
     result_name,
@@ -179,10 +178,8 @@ def _hf_peer(args: argparse.Namespace, res: dict, device, dtype) -> dict:
 def main(args: argparse.Namespace) -> dict:
     "`metainfer bench throughput`: measure, then the HF peer; write JSON and a bar chart."
     res, device, dtype = measure(args)
-    free_memory()
-    name = result_name(args, "throughput")
+    before_peers(res, args, name := result_name(args, "throughput"))
     if args.peer == "hf":
-        write_json(res | PEER_RUNNING, args.out, name)  # (kept, should the peer not end)
         res |= _hf_peer(args, res, device, dtype)
     write_json(res, args.out, name)
     _plot_throughput(res, args, name)
