@@ -109,11 +109,10 @@ def _gemv_kernel(
     )  # weights: before the wait
     pdl_sync(PDL)
     rstd = 1.0
-    # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does (one
+    # the prologue: every program sums the squares of the whole row as `_rms_norm_kernel` does
+    # (one [1, BLOCK_X] tile, four warps), and the first stores the new residual
     if NORM:
-        kx = tl.arange(0, BLOCK_X)[
-            None, :
-        ]  # [1, BLOCK_X] tile, four warps), and the first stores the new residual
+        kx = tl.arange(0, BLOCK_X)[None, :]
         xr = _residual_sum(x_ptr, res_ptr, kx, K, HAS_RESIDUAL)
         if HAS_RESIDUAL and tl.program_id(0) == 0:
             tl.store(res_out_ptr + kx, xr, mask=kx < K)
