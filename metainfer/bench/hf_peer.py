@@ -59,24 +59,26 @@ def hf_compiled_decode(model, ids: Tensor, n: int, warmup: int = 3) -> dict:
     mode = "reduce-overhead" if ids.is_cuda else None
     step = torch.compile(next_token, mode=mode, fullgraph=True)
     tokens, pos = [tok], torch.tensor([L], device=ids.device)
-    for i in range(warmup + n):
-        if i == 1:
-            compile_s = time.perf_counter() - start - ttft  # the first call compiles
-        if i == warmup:
-            _sync(ids)
-            t0 = time.perf_counter()
-        torch.compiler.cudagraph_mark_step_begin()  # the next replay overwrites the output
-        tok = step(tok, pos + i).clone()
-        tokens.append(tok)
-    _sync(ids)
-    res = {
-        "decode_tokens_per_s": n / (time.perf_counter() - t0),
+    try:
+        for i in range(warmup + n):
+            if i == 1:
+                compile_s = time.perf_counter() - start - ttft  # the first call compiles
+            if i == warmup:
+                _sync(ids)
+                t0 = time.perf_counter()
+            torch.compiler.cudagraph_mark_step_begin()  # the next replay overwrites the output
+            tok = step(tok, pos + i).clone()
+            tokens.append(tok)
+        _sync(ids)
+        elapsed = time.perf_counter() - t0
+    finally:  # the compiled step closes over this model and cache: let them go (failed, too)
+        torch._dynamo.reset()
+    return {
+        "decode_tokens_per_s": n / elapsed,
         "ttft_s": ttft,
         "compile_s": compile_s,
         "token_ids": torch.cat(tokens, 1)[0].tolist(),
     }
-    torch._dynamo.reset()  # the compiled step closes over this model and cache: let them go
-    return res
 
 # %% ../../nbs/bench/18c_hf_peer.ipynb #2ed0c200
 def hf_decode_rate(
