@@ -10,7 +10,8 @@ deepseek-tp4-throughput; tiny-train, greedy, greedy-control (issue 29); contradi
 fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
-fp8-gemv-ab; fp8-gemv-scales; fp8-row-sums; fp8-launch-floor; throughput-peer;
+fp8-gemv-ab; fp8-gemv-scales; fp8-row-sums; fp8-launch-floor; fp8-persistent-chain;
+throughput-peer;
 free-ckpt: one call (570 s) holds about two of them.
 
 The device image lacks fastcore (every stage: the package imports it), nbdev/execnb/ipython (for
@@ -915,6 +916,14 @@ def stage_fp8_launch_floor():
     """Issue 30: what a launch's boundary costs (tools/fp8_probes/row_sums.py `launches`: a B=1
     step's FP8 weights summed by its 144 launches, with and without PDL, and by two)."""
     sh(f"{PY} tools/fp8_probes/row_sums.py {RES / 'launch-floor.json'} launches", 200)
+    keep()
+
+
+def stage_fp8_persistent_chain():
+    """Issue 30: a B=1 step's 144 FP8 GEMVs chained in one persistent launch with grid barriers
+    (and the next GEMV's first weights loaded before each), against the package's 144 launches
+    (tools/fp8_probes/persistent_chain.py). A barrier that hangs ends at the timeout."""
+    sh(f"{PY} tools/fp8_probes/persistent_chain.py {RES / 'persistent-chain.json'}", 240)
     keep()
 
 

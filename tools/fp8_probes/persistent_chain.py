@@ -1,0 +1,175 @@
+"""What a launch's boundary would cost inside one launch: a B=1 step's 144 FP8 GEMVs of Qwen3-8B's
+shapes as a chain (each reads the output of the one before, as a layer's do), once as the package's
+144 launches in one CUDA graph and once as one persistent launch whose programs wait for each other
+at a grid barrier between GEMVs.
+
+`row_sums.py` found the FP8 GEMVs of a step losing to bf16's per byte by a launch boundary's ~3.6 us
+(H100), the same with half the bytes behind it. If a grid barrier costs much less, and the next
+GEMV's first weights can be loaded before it (`prefetch`: while the others finish), a persistent
+decode step is the lever; if not, it isn't. No norms, attention or activation between the GEMVs:
+the boundary's cost alone. Outputs are checked against the package's chain (`rel_err`: largest
+difference over largest value, after 4 GEMVs and after all 144).
+
+Usage: python tools/fp8_probes/persistent_chain.py OUT.json"""
+
+import json
+import sys
+import torch
+from metainfer.kernels import triton_gemv as tg
+from metainfer.kernels.triton_launch import jit, tl
+from metainfer.layers.fp8 import FP8, Fp8Weight
+
+sys.path.insert(0, "tools/decode_probes")
+from graph_timing import graph_us  # noqa: E402
+
+HID, FF, L, GROUP = 4096, 12288, 36, 128
+SHAPES = [(4096 + 2 * 1024, HID), (HID, 4096), (2 * FF, HID), (HID, FF)]  # qkv, o, gate/up, down
+MAXN = 2 * FF
+
+
+@jit
+def _tile_chunk(w, s, src, rows, valid, k0, N, K, wpre, use_pre, PREFETCH: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+    """A tile's chunk of columns from `k0`: its weights (`wpre` instead where `use_pre`: loaded
+    before the barrier) times the input, summed per group, times the group's scale."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    m = valid[:, None] & (kk < K)[None, :]
+    ptrs = w + rows[:, None].to(tl.int64) * K + kk[None, :]
+    if PREFETCH:
+        if use_pre:
+            wt = wpre
+        else:
+            wt = tl.load(ptrs, mask=m, other=0.0)
+    else:
+        wt = tl.load(ptrs, mask=m, other=0.0)
+    x = tl.load(src + kk, mask=kk < K, other=0.0, cache_modifier=".cg").to(tl.float32)
+    kb = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+    sc = tl.load(s + rows[:, None].to(tl.int64) * (K // GROUP) + kb[None, :],
+                 mask=valid[:, None] & (kb * GROUP < K)[None, :], other=0.0)  # fmt: skip
+    p = tl.reshape(wt.to(tl.float32) * x[None, :], [BLOCK_N, BLOCK_K // GROUP, GROUP])
+    return tl.sum(tl.sum(p, 2) * sc, 1)
+
+
+@jit
+def _first_chunk(w_table, meta, g, pid, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    "GEMV `g`'s first chunk of this program's first tile (nothing past the chain's last GEMV)."
+    N, K = tl.load(meta + 2 * g), tl.load(meta + 2 * g + 1)
+    w = tl.load(w_table + g).to(tl.pointer_type(tl.float8e4nv))
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tl.arange(0, BLOCK_K)
+    m = (rows < N)[:, None] & (k < K)[None, :]
+    return tl.load(w + rows[:, None].to(tl.int64) * K + k[None, :], mask=m, other=0.0)
+
+
+@jit
+def _chain(w_table, s_table, meta, buf, counter, n_gemvs, MAXN_: tl.constexpr,
+           PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+           GROUP: tl.constexpr):  # fmt: skip
+    """GEMV `g` reads `buf[g % 2]` and writes `buf[(g + 1) % 2]`; every program takes tiles
+    `pid, pid + P, ...` of it, then waits at the grid barrier (`counter`, zeroed before)."""
+    pid, P = tl.program_id(0), tl.num_programs(0)
+    if PREFETCH:
+        wpre = _first_chunk(w_table, meta, 0, pid, BLOCK_N, BLOCK_K)
+    else:
+        wpre = 0
+    for g in range(0, n_gemvs):
+        N, K = tl.load(meta + 2 * g), tl.load(meta + 2 * g + 1)
+        w = tl.load(w_table + g).to(tl.pointer_type(tl.float8e4nv))
+        s = tl.load(s_table + g).to(tl.pointer_type(tl.float32))
+        src, dst = buf + (g % 2) * MAXN_, buf + ((g + 1) % 2) * MAXN_
+        for t in range(pid, tl.cdiv(N, BLOCK_N), P):
+            rows = t * BLOCK_N + tl.arange(0, BLOCK_N)
+            valid = rows < N
+            acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+            for c in range(0, tl.cdiv(K, BLOCK_K)):
+                use_pre = (t == pid) & (c == 0)
+                acc += _tile_chunk(w, s, src, rows, valid, c * BLOCK_K, N, K, wpre, use_pre,
+                                   PREFETCH, BLOCK_N, BLOCK_K, GROUP)  # fmt: skip
+            tl.store(dst + rows, acc.to(tl.bfloat16), mask=valid)
+        if PREFETCH:  # the next GEMV's first weights, while the others finish this one
+            wpre = _first_chunk(w_table, meta, g + 1, pid, BLOCK_N, BLOCK_K)
+        tl.debug_barrier()  # every thread's stores issued before the count says so
+        seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1
+        while seen < (g + 1) * P:
+            seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+
+
+def make_chain(dev, n: int):
+    "`n` FP8 weights of the step's shapes in order, scaled to keep values near 1 along the chain."
+    shapes = [SHAPES[i % 4] for i in range(n)]
+    ws = []
+    for N, K in shapes:
+        data = (torch.randn(N, K, device=dev, dtype=torch.bfloat16) * 0.5).to(FP8)
+        scale = torch.full((N, K // GROUP), 2.0 / K**0.5, device=dev)
+        ws.append(Fp8Weight(data, scale, GROUP))
+    return ws
+
+
+def package_chain(ws, x0):
+    "The chain as the package's GEMV launches: each reads the first K values of the one before."
+    out = x0
+    for w in ws:
+        K = w.data.shape[1]
+        out = tg.gemv(out[:K].view(1, K), w).view(-1)
+    return out
+
+
+def persistent(ws, x0, programs: int, prefetch: bool, tile: tuple[int, int]):
+    "The chain as one `_chain` launch (a thunk), and where its output lands."
+    dev, n = x0.device, len(ws)
+    pad = ws + ws[:1]  # (GEMV n's first chunk is read with prefetch: none of it is used)
+    w_table = torch.tensor([w.data.data_ptr() for w in pad], device=dev, dtype=torch.int64)
+    s_table = torch.tensor([w.scale.data_ptr() for w in pad], device=dev, dtype=torch.int64)
+    meta = torch.tensor([v for w in ws for v in w.data.shape] + [0, 0], device=dev)
+    meta = meta.to(torch.int32)
+    buf = torch.zeros(2, MAXN, device=dev, dtype=torch.bfloat16)
+    counter = torch.zeros(1, device=dev, dtype=torch.int32)
+
+    def run():
+        buf[0, : x0.numel()] = x0
+        counter.zero_()
+        _chain[(programs,)](w_table, s_table, meta, buf, counter, n, MAXN_=MAXN,
+                            PREFETCH=int(prefetch), BLOCK_N=tile[0], BLOCK_K=tile[1], GROUP=GROUP,
+                            num_warps=4, num_stages=1, launch_cooperative_grid=True)  # fmt: skip
+
+    return run, lambda: buf[n % 2, : ws[-1].data.shape[0]]
+
+
+def rel_err(out, ref) -> float:
+    return ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+
+
+def main():
+    out_path, dev = sys.argv[1], torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    ws = make_chain(dev, 4 * L)
+    nbytes = sum(w.data.numel() for w in ws)
+    x0 = torch.randn(HID, device=dev, dtype=torch.bfloat16)
+    ref4, ref = package_chain(ws[:4], x0).clone(), package_chain(ws, x0).clone()
+    us = graph_us(lambda: package_chain(ws, x0), 1, 20)
+    result = dict(device=torch.cuda.get_device_name(), sms=sms, step_bytes=nbytes, rows=[
+        dict(variant="package", launches=len(ws), step_us=us, TBps=nbytes / us / 1e6)])  # fmt: skip
+    print(result, flush=True)
+    for programs in (sms, 2 * sms, 4 * sms):
+        for prefetch in (False, True):
+            for tile in ((8, 2048), (4, 2048)):
+                row = dict(variant="persistent", programs=programs, prefetch=prefetch, tile=tile)
+                try:
+                    run4, out4 = persistent(ws[:4], x0, programs, prefetch, tile)
+                    run4()
+                    run, out = persistent(ws, x0, programs, prefetch, tile)
+                    run()
+                    torch.cuda.synchronize()
+                    row.update(rel_err_4=rel_err(out4(), ref4), rel_err=rel_err(out(), ref))
+                    us = graph_us(run, 1, 20)
+                    row.update(step_us=us, TBps=nbytes / us / 1e6)
+                except Exception as e:  # a grid too large to be resident, say
+                    row["error"] = f"{type(e).__name__}: {e}"[:300]
+                result["rows"].append(row)
+                print(row, flush=True)
+                json.dump(result, open(out_path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
