@@ -142,6 +142,19 @@ def compiled_gemvs() -> list[dict]:
     return rows
 
 
+def measure_row(result: dict, out_path: str, row: dict, nbytes: int, *args) -> None:
+    "`row_sums(*args)` timed into `row` (or why it failed), appended to `result`, saved."
+    try:
+        step, info = row_sums(*args)
+        us = graph_us(step, 1, 20)
+        row.update(step_us=us, TBps=nbytes / us / 1e6, **registers(info["kernel"]))
+    except Exception as e:  # a variant that does not compile here
+        row["error"] = f"{type(e).__name__}: {e}"[:300]
+    result["rows"].append(row)
+    print(row, flush=True)
+    json.dump(result, open(out_path, "w"), indent=1)
+
+
 def stacked():
     """A step's weights as two buffers (every `K = 4,096` weight's rows one after another, the
     down projections' likewise) and the step's 144 weights as views of their rows."""
@@ -182,15 +195,7 @@ def launches(out_path):
     for view, tile in ((FP8, (2, 4096, 4)), (FP8, (8, 2048, 4)), (torch.bfloat16, (4, 1024, 4))):
         for weights, pdl in ((views, False), (views, True), (whole, False)):
             row = dict(variant=str(view).split(".")[-1], tile=tile, launches=len(weights), pdl=pdl)
-            try:
-                step, info = row_sums(weights, view, 0, tile, pdl)
-                us = graph_us(step, 1, 20)
-                row.update(step_us=us, TBps=nbytes / us / 1e6, **registers(info["kernel"]))
-            except Exception as e:  # a variant that does not compile here
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-            result["rows"].append(row)
-            print(row, flush=True)
-            json.dump(result, open(out_path, "w"), indent=1)
+            measure_row(result, out_path, row, nbytes, weights, view, 0, tile, pdl)
 
 
 def views(out_path):
@@ -205,9 +210,6 @@ def views(out_path):
                   copy_TBps=copy_bandwidth(dev) / 1e12)  # fmt: skip
     print(result, flush=True)
 
-    def save():
-        json.dump(result, open(out_path, "w"), indent=1)
-
     fp8w = [Fp8Weight(w.view(FP8), torch.rand(w.shape[0], w.shape[1] // 128, device=dev), 128)
             for w in weights]  # fmt: skip
     us = graph_us(package_step(fp8w), 1, 20)
@@ -219,19 +221,11 @@ def views(out_path):
     del bf
     result["package_kernels"] = compiled_gemvs()
     print(result["rows"], flush=True)
-    save()
+    json.dump(result, open(out_path, "w"), indent=1)
     for name, (view, mode) in VIEWS.items():
         for tile in TILES[name]:
-            row = dict(variant=name, tile=tile)
-            try:
-                step, info = row_sums(weights, view, mode, tile)
-                us = graph_us(step, 1, 20)
-                row.update(step_us=us, TBps=nbytes / us / 1e6, **registers(info["kernel"]))
-            except Exception as e:  # a tile that does not compile here
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-            result["rows"].append(row)
-            print(row, flush=True)
-            save()
+            measure_row(result, out_path, dict(variant=name, tile=tile), nbytes, weights, view,
+                        mode, tile)  # fmt: skip
 
 
 def main():
