@@ -7,16 +7,22 @@ at a grid barrier between GEMVs.
 (H100), the same with half the bytes behind it. If a grid barrier costs much less, and the next
 GEMV's first weights can be loaded before it (`prefetch`: while the others finish), a persistent
 decode step is the lever; if not, it isn't. No norms, attention or activation between the GEMVs:
-the boundary's cost alone. Outputs are checked against the package's chain (`rel_err`: largest
-difference over largest value, after 4 GEMVs and after all 144).
+the boundary's cost alone. The control (`launches`) is the same code launched once a GEMV, a
+program a tile, as the package launches: persistent against it is the barrier against the launch
+boundary, whatever the code's own streaming rate. Outputs are checked against the package's chain
+(`rel_err`: largest difference over largest value, after 4 GEMVs and after all 144; a race between
+GEMVs would show as ~1). `setup_us`: the input copy and counter reset each thunk also runs. A chain
+not done within 10 s ends the process (a barrier that hangs), its rows so far saved.
 
 Usage: python tools/fp8_probes/persistent_chain.py OUT.json"""
 
 import json
+import os
 import sys
+import time
 import torch
 from metainfer.kernels import triton_gemv as tg
-from metainfer.kernels.triton_launch import jit, tl
+from metainfer.kernels.triton_launch import cdiv, jit, tl
 from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path.insert(0, "tools/decode_probes")
@@ -25,6 +31,7 @@ from graph_timing import graph_us  # noqa: E402
 HID, FF, L, GROUP = 4096, 12288, 36, 128
 SHAPES = [(4096 + 2 * 1024, HID), (HID, 4096), (2 * FF, HID), (HID, FF)]  # qkv, o, gate/up, down
 MAXN = 2 * FF
+TILES = ((8, 2048), (4, 2048))  # rows, columns of a program's tile (the package's FP8 tile first)
 
 
 @jit
@@ -62,17 +69,19 @@ def _first_chunk(w_table, meta, g, pid, BLOCK_N: tl.constexpr, BLOCK_K: tl.const
 
 
 @jit
-def _chain(w_table, s_table, meta, buf, counter, n_gemvs, MAXN_: tl.constexpr,
-           PREFETCH: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-           GROUP: tl.constexpr):  # fmt: skip
-    """GEMV `g` reads `buf[g % 2]` and writes `buf[(g + 1) % 2]`; every program takes tiles
-    `pid, pid + P, ...` of it, then waits at the grid barrier (`counter`, zeroed before)."""
+def _chain(w_table, s_table, meta, buf, counter, g0, n_gemvs, MAXN_: tl.constexpr,
+           PREFETCH: tl.constexpr, BARRIER: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_K: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+    """GEMVs `g0, ..., g0 + n_gemvs - 1` of the chain: GEMV `g` reads `buf[g % 2]` and writes
+    `buf[(g + 1) % 2]`, every program taking tiles `pid, pid + P, ...` of it; with `BARRIER` the
+    programs then wait for each other (`counter`, zeroed before; all of them resident: a
+    cooperative launch)."""
     pid, P = tl.program_id(0), tl.num_programs(0)
     if PREFETCH:
-        wpre = _first_chunk(w_table, meta, 0, pid, BLOCK_N, BLOCK_K)
+        wpre = _first_chunk(w_table, meta, g0, pid, BLOCK_N, BLOCK_K)
     else:
         wpre = 0
-    for g in range(0, n_gemvs):
+    for g in range(g0, g0 + n_gemvs):
         N, K = tl.load(meta + 2 * g), tl.load(meta + 2 * g + 1)
         w = tl.load(w_table + g).to(tl.pointer_type(tl.float8e4nv))
         s = tl.load(s_table + g).to(tl.pointer_type(tl.float32))
@@ -86,13 +95,14 @@ def _chain(w_table, s_table, meta, buf, counter, n_gemvs, MAXN_: tl.constexpr,
                 acc += _tile_chunk(w, s, src, rows, valid, c * BLOCK_K, N, K, wpre, use_pre,
                                    PREFETCH, BLOCK_N, BLOCK_K, GROUP)  # fmt: skip
             tl.store(dst + rows, acc.to(tl.bfloat16), mask=valid)
-        if PREFETCH:  # the next GEMV's first weights, while the others finish this one
-            wpre = _first_chunk(w_table, meta, g + 1, pid, BLOCK_N, BLOCK_K)
-        tl.debug_barrier()  # every thread's stores issued before the count says so
-        seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1
-        while seen < (g + 1) * P:
-            seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
+        if BARRIER:
+            tl.debug_barrier()  # every thread's stores issued before the count says so
+            seen = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1
+            if PREFETCH:  # the next GEMV's first weights, after arriving (a release would wait)
+                wpre = _first_chunk(w_table, meta, g + 1, pid, BLOCK_N, BLOCK_K)
+            while seen < (g - g0 + 1) * P:
+                seen = tl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+            tl.debug_barrier()
 
 
 def make_chain(dev, n: int):
@@ -115,8 +125,10 @@ def package_chain(ws, x0):
     return out
 
 
-def persistent(ws, x0, programs: int, prefetch: bool, tile: tuple[int, int]):
-    "The chain as one `_chain` launch (a thunk), and where its output lands."
+def chain_run(ws, x0, tile: tuple[int, int], programs: int | None = None, prefetch=False):
+    """The chain as a thunk: one cooperative launch of `programs` programs with grid barriers, or
+    (`programs` None, the control) a launch a GEMV of the same code, a program a tile, as the
+    package launches; where its output lands; the compiled kernel, once it ran."""
     dev, n = x0.device, len(ws)
     pad = ws + ws[:1]  # (GEMV n's first chunk is read with prefetch: none of it is used)
     w_table = torch.tensor([w.data.data_ptr() for w in pad], device=dev, dtype=torch.int64)
@@ -125,15 +137,37 @@ def persistent(ws, x0, programs: int, prefetch: bool, tile: tuple[int, int]):
     meta = meta.to(torch.int32)
     buf = torch.zeros(2, MAXN, device=dev, dtype=torch.bfloat16)
     counter = torch.zeros(1, device=dev, dtype=torch.int32)
+    args = (w_table, s_table, meta, buf, counter)
+    kw = dict(MAXN_=MAXN, BLOCK_N=tile[0], BLOCK_K=tile[1], GROUP=GROUP, num_warps=4, num_stages=1)
+    info = {}
 
     def run():
         buf[0, : x0.numel()] = x0
         counter.zero_()
-        _chain[(programs,)](w_table, s_table, meta, buf, counter, n, MAXN_=MAXN,
-                            PREFETCH=int(prefetch), BLOCK_N=tile[0], BLOCK_K=tile[1], GROUP=GROUP,
-                            num_warps=4, num_stages=1, launch_cooperative_grid=True)  # fmt: skip
+        if programs is None:
+            for g, w in enumerate(ws):
+                grid = (cdiv(w.data.shape[0], tile[0]),)
+                info["kernel"] = _chain[grid](*args, g, 1, PREFETCH=0, BARRIER=0, **kw)
+        else:
+            info["kernel"] = _chain[(programs,)](*args, 0, n, PREFETCH=int(prefetch), BARRIER=1,
+                                                 launch_cooperative_grid=True, **kw)  # fmt: skip
 
-    return run, lambda: buf[n % 2, : ws[-1].data.shape[0]]
+    def setup():  # what the thunk does besides the chain
+        buf[0, : x0.numel()] = x0
+        counter.zero_()
+
+    return run, lambda: buf[n % 2, : ws[-1].data.shape[0]], info, setup
+
+
+def ran_within(seconds: float) -> None:
+    "Exit the process unless the work queued so far ends within `seconds` (a barrier that hangs)."
+    done, end = torch.cuda.Event(), time.time() + seconds
+    done.record()
+    while not done.query():
+        if time.time() > end:
+            print(f"!!! not done after {seconds} s: a hung barrier; exiting", flush=True)
+            os._exit(3)
+        time.sleep(0.01)
 
 
 def rel_err(out, ref) -> float:
@@ -150,25 +184,34 @@ def main():
     us = graph_us(lambda: package_chain(ws, x0), 1, 20)
     result = dict(device=torch.cuda.get_device_name(), sms=sms, step_bytes=nbytes, rows=[
         dict(variant="package", launches=len(ws), step_us=us, TBps=nbytes / us / 1e6)])  # fmt: skip
+    result["setup_us"] = graph_us(chain_run(ws[:1], x0, (8, 2048))[3], 1, 20)  # (in every row)
     print(result, flush=True)
-    for programs in (sms, 2 * sms, 4 * sms):
-        for prefetch in (False, True):
-            for tile in ((8, 2048), (4, 2048)):
-                row = dict(variant="persistent", programs=programs, prefetch=prefetch, tile=tile)
-                try:
-                    run4, out4 = persistent(ws[:4], x0, programs, prefetch, tile)
-                    run4()
-                    run, out = persistent(ws, x0, programs, prefetch, tile)
-                    run()
-                    torch.cuda.synchronize()
-                    row.update(rel_err_4=rel_err(out4(), ref4), rel_err=rel_err(out(), ref))
-                    us = graph_us(run, 1, 20)
-                    row.update(step_us=us, TBps=nbytes / us / 1e6)
-                except Exception as e:  # a grid too large to be resident, say
-                    row["error"] = f"{type(e).__name__}: {e}"[:300]
-                result["rows"].append(row)
-                print(row, flush=True)
-                json.dump(result, open(out_path, "w"), indent=1)
+    variants = [dict(programs=None, prefetch=False, tile=t) for t in TILES]
+    variants += [dict(programs=p, prefetch=f, tile=t) for p in (sms, 2 * sms) for f in (0, 1)
+                 for t in TILES]  # fmt: skip
+    for v in variants:
+        row = dict(variant="launches" if v["programs"] is None else "persistent", **v)
+        try:
+            run4, out4, _, _ = chain_run(ws[:4], x0, **v)
+            run4()
+            ran_within(10)
+            run, out, info, _ = chain_run(ws, x0, **v)
+            run()
+            ran_within(10)
+            k = info["kernel"]
+            row.update(
+                rel_err_4=rel_err(out4(), ref4),
+                rel_err=rel_err(out(), ref),
+                n_regs=getattr(k, "n_regs", None),
+                n_spills=getattr(k, "n_spills", None),
+            )
+            us = graph_us(run, 1, 20)
+            row.update(step_us=us, TBps=nbytes / us / 1e6)
+        except Exception as e:  # a grid too large to be resident, say
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        result["rows"].append(row)
+        print(row, flush=True)
+        json.dump(result, open(out_path, "w"), indent=1)
 
 
 if __name__ == "__main__":
