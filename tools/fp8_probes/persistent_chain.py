@@ -25,11 +25,11 @@ from metainfer.kernels import triton_gemv as tg
 from metainfer.kernels.triton_launch import cdiv, jit, tl
 from metainfer.layers.fp8 import FP8, Fp8Weight
 
-sys.path.insert(0, "tools/decode_probes")
+sys.path[:0] = ["tools/decode_probes", "tools/fp8_probes"]
 from graph_timing import graph_us  # noqa: E402
+from row_sums import FF, HID, L, SHAPES  # noqa: E402  (a step's GEMV shapes)
 
-HID, FF, L, GROUP = 4096, 12288, 36, 128
-SHAPES = [(4096 + 2 * 1024, HID), (HID, 4096), (2 * FF, HID), (HID, FF)]  # qkv, o, gate/up, down
+GROUP = 128
 MAXN = 2 * FF
 TILES = ((8, 2048), (4, 2048))  # rows, columns of a program's tile (the package's FP8 tile first)
 
@@ -133,17 +133,20 @@ def chain_run(ws, x0, tile: tuple[int, int], programs: int | None = None, prefet
     pad = ws + ws[:1]  # (GEMV n's first chunk is read with prefetch: none of it is used)
     w_table = torch.tensor([w.data.data_ptr() for w in pad], device=dev, dtype=torch.int64)
     s_table = torch.tensor([w.scale.data_ptr() for w in pad], device=dev, dtype=torch.int64)
-    meta = torch.tensor([v for w in ws for v in w.data.shape] + [0, 0], device=dev)
-    meta = meta.to(torch.int32)
+    shapes = [v for w in ws for v in w.data.shape] + [0, 0]
+    meta = torch.tensor(shapes, device=dev, dtype=torch.int32)
     buf = torch.zeros(2, MAXN, device=dev, dtype=torch.bfloat16)
     counter = torch.zeros(1, device=dev, dtype=torch.int32)
     args = (w_table, s_table, meta, buf, counter)
     kw = dict(MAXN_=MAXN, BLOCK_N=tile[0], BLOCK_K=tile[1], GROUP=GROUP, num_warps=4, num_stages=1)
     info = {}
 
-    def run():
+    def setup():  # what the thunk does besides the chain
         buf[0, : x0.numel()] = x0
         counter.zero_()
+
+    def run():
+        setup()
         if programs is None:
             for g, w in enumerate(ws):
                 grid = (cdiv(w.data.shape[0], tile[0]),)
@@ -151,10 +154,6 @@ def chain_run(ws, x0, tile: tuple[int, int], programs: int | None = None, prefet
         else:
             info["kernel"] = _chain[(programs,)](*args, 0, n, PREFETCH=int(prefetch), BARRIER=1,
                                                  launch_cooperative_grid=True, **kw)  # fmt: skip
-
-    def setup():  # what the thunk does besides the chain
-        buf[0, : x0.numel()] = x0
-        counter.zero_()
 
     return run, lambda: buf[n % 2, : ws[-1].data.shape[0]], info, setup
 

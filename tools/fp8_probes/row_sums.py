@@ -15,13 +15,13 @@ beside the package's GEMV over the same FP8 weights and over bf16 ones of the sa
 the bytes), and the copy rate (`copy_bandwidth`, bytes read plus written).
 
 H100, 12-07 (docs/benchmarks/h100-2026-12-07-rowsums/row-sums.json, by a11920a's version: its row
-sums loaded every chunk in the loop; copy 3.00 TB/s): the package's
-GEMV reads the step's FP8 weights at 2.69 TB/s (2,578 us) and bf16 ones of the same shapes at 2.99
-(4,644 us); no row sum of the same bytes does much better: 2.73 at best, FP8 converted to float32
-at 2 x 4,096 as fast as int32 words summed as integers (so neither 1-byte loads nor the conversion
-hold it back; 2.30 at the package's 8 x 2,048 tile without the GEMV's input, codegen). The two
-package steps fit `bytes / 3.36 TB/s + 144 x 3.6 us`: the FP8 GEMVs lose to bf16 per byte because a
-launch's boundary costs the same ~3.6 us with half the bytes behind it.
+sums loaded every chunk in the loop; copy 3.00 TB/s): the package's GEMV reads the step's FP8
+weights at 2.69 TB/s (2,578 us) and bf16 ones of the same shapes at 2.99 (4,644 us); no row sum of
+the same bytes does much better: 2.73 at best, FP8 converted to float32 at 2 x 4,096 as fast as
+int32 words summed as integers (so neither 1-byte loads nor the conversion hold it back; 2.30 at the
+package's 8 x 2,048 tile without the GEMV's input, codegen). The two package steps fit `bytes / 3.36
+TB/s + 144 x 3.6 us`: the FP8 GEMVs lose to bf16 per byte because a launch's boundary costs the same
+~3.6 us with half the bytes behind it.
 
 `launches`: the same bytes summed by the step's 144 launches (without PDL, and with it as the
 package's GEMV launches) and by two over the whole weights (what a launch's boundary costs).
