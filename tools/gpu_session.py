@@ -11,6 +11,7 @@ fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
 fp8-gemv-ab; fp8-gemv-scales; fp8-row-sums; fp8-launch-floor; fp8-persistent-chain;
+fp8-step-tiles;
 throughput-peer;
 free-ckpt: one call (570 s) holds about two of them.
 
@@ -925,6 +926,18 @@ def stage_fp8_persistent_chain():
     (tools/fp8_probes/persistent_chain.py). A barrier that hangs ends at the timeout."""
     sh(f"{PY} tools/fp8_probes/persistent_chain.py {RES / 'persistent-chain.json'}", 240)
     keep()
+
+
+def stage_fp8_step_tiles():
+    """Issue 30: the package's GEMV over a B=1 step at each tile policy (tools/fp8_probes/
+    step_tiles.py), then Qwen3-8B block-wise FP8 at B=1 with the fastest patched in, beside the
+    package's default on the same card."""
+    out, fp8 = RES / "step-tiles.json", fp8_checkpoint("Qwen3-8B")
+    sh(f"{PY} tools/fp8_probes/step_tiles.py step {out}", 200)
+    keep()
+    sh(f"{PY} tools/fp8_probes/step_tiles.py model {out} {fp8} {RES.resolve()}", 200)
+    keep()
+    bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1")
 
 
 def stage_fp8_gemv():
