@@ -14,6 +14,11 @@ boundary, whatever the code's own streaming rate. Outputs are checked against th
 GEMVs would show as ~1). `setup_us`: the input copy and counter reset each thunk also runs. A chain
 not done within 10 s ends the process (a barrier that hangs), its rows so far saved.
 
+H100, 12-07 (docs/benchmarks/h100-2026-12-07-launch/persistent-chain.json, by d335327's version,
+which read the weights a byte at a time: pointers and sizes loaded from tables carry no alignment
+until `_gemv_at` says so): the control 11,954 us against the package's 2,563, persistent 17,879 at
+one program an SM and 12,237 at two; no race. Inconclusive, rerun.
+
 Usage: python tools/fp8_probes/persistent_chain.py OUT.json"""
 
 import json
@@ -58,10 +63,18 @@ def _tile_chunk(w, s, src, rows, valid, k0, N, K, wpre, use_pre, PREFETCH: tl.co
 
 
 @jit
+def _gemv_at(w_table, meta, g):
+    """GEMV `g`'s `N`, `K` and weights, with the alignment the package's GEMV gets from Triton's
+    argument specialization (16 bytes; without it every weight is loaded a byte at a time)."""
+    N = tl.multiple_of(tl.load(meta + 2 * g), 16)
+    K = tl.multiple_of(tl.load(meta + 2 * g + 1), 16)
+    return N, K, tl.multiple_of(tl.load(w_table + g).to(tl.pointer_type(tl.float8e4nv)), 16)
+
+
+@jit
 def _first_chunk(w_table, meta, g, pid, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     "GEMV `g`'s first chunk of this program's first tile (nothing past the chain's last GEMV)."
-    N, K = tl.load(meta + 2 * g), tl.load(meta + 2 * g + 1)
-    w = tl.load(w_table + g).to(tl.pointer_type(tl.float8e4nv))
+    N, K, w = _gemv_at(w_table, meta, g)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.arange(0, BLOCK_K)
     m = (rows < N)[:, None] & (k < K)[None, :]
@@ -82,9 +95,8 @@ def _chain(w_table, s_table, meta, buf, counter, g0, n_gemvs, MAXN_: tl.constexp
     else:
         wpre = 0
     for g in range(g0, g0 + n_gemvs):
-        N, K = tl.load(meta + 2 * g), tl.load(meta + 2 * g + 1)
-        w = tl.load(w_table + g).to(tl.pointer_type(tl.float8e4nv))
-        s = tl.load(s_table + g).to(tl.pointer_type(tl.float32))
+        N, K, w = _gemv_at(w_table, meta, g)
+        s = tl.multiple_of(tl.load(s_table + g).to(tl.pointer_type(tl.float32)), 16)
         src, dst = buf + (g % 2) * MAXN_, buf + ((g + 1) % 2) * MAXN_
         for t in range(pid, tl.cdiv(N, BLOCK_N), P):
             rows = t * BLOCK_N + tl.arange(0, BLOCK_N)
