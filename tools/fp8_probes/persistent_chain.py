@@ -14,10 +14,12 @@ boundary, whatever the code's own streaming rate. Outputs are checked against th
 GEMVs would show as ~1). `setup_us`: the input copy and counter reset each thunk also runs. A chain
 not done within 10 s ends the process (a barrier that hangs), its rows so far saved.
 
-H100, 12-07 (docs/benchmarks/h100-2026-12-07-launch/persistent-chain.json, by d335327's version,
-which read the weights a byte at a time: pointers and sizes loaded from tables carry no alignment
-until `_gemv_at` says so): the control 11,954 us against the package's 2,563, persistent 17,879 at
-one program an SM and 12,237 at two; no race. Inconclusive, rerun.
+H100, 12-07 (docs/benchmarks/h100-2026-12-07-tiles/persistent-chain.json): the package's chain
+2,563 us, the control 2,826 (8 x 2,048) and 2,896 (4 x 2,048); persistent at two programs an SM
+3,327 without prefetch and 4,085 with it, at one 4,691 and 6,265; no race (errors equal the
+control's). A grid barrier costs ~3.5 us more than a PDL launch's boundary (3,327 against 2,826 over
+144): not the lever. (An earlier run, `h100-2026-12-07-launch/`, read the weights a byte at a time:
+pointers and sizes loaded from tables carry no alignment until `_gemv_at` says so.)
 
 Usage: python tools/fp8_probes/persistent_chain.py OUT.json"""
 
