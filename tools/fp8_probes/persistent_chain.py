@@ -6,20 +6,23 @@ at a grid barrier between GEMVs.
 `row_sums.py` found the FP8 GEMVs of a step losing to bf16's per byte by a launch boundary's ~3.6 us
 (H100), the same with half the bytes behind it. If a grid barrier costs much less, and the next
 GEMV's first weights can be loaded before it (`prefetch`: while the others finish), a persistent
-decode step is the lever; if not, it isn't. No norms, attention or activation between the GEMVs:
-the boundary's cost alone. The control (`launches`) is the same code launched once a GEMV, a
-program a tile, as the package launches: persistent against it is the barrier against the launch
-boundary, whatever the code's own streaming rate. Outputs are checked against the package's chain
-(`rel_err`: largest difference over largest value, after 4 GEMVs and after all 144; a race between
-GEMVs would show as ~1). `setup_us`: the input copy and counter reset each thunk also runs. A chain
-not done within 10 s ends the process (a barrier that hangs), its rows so far saved.
+decode step is the lever; if not, it isn't. No norms, attention or activation between the GEMVs: the
+boundary's cost alone. The control (`launches`) is the same code launched once a GEMV, a program a
+tile, without PDL (the package's GEMV launches with it): persistent against it is the barrier
+against a plain launch's boundary, whatever the code's own streaming rate. Outputs are checked
+against the package's chain (`rel_err`: largest difference over largest value, after 4 GEMVs and
+after all 144; a race between GEMVs would show as ~1). `setup_us`: the input copy and counter reset
+each thunk also runs. A chain not done within 10 s ends the process (a barrier that hangs), its rows
+so far saved.
 
-H100, 12-07 (docs/benchmarks/h100-2026-12-07-tiles/persistent-chain.json): the package's chain
-2,563 us, the control 2,826 (8 x 2,048) and 2,896 (4 x 2,048); persistent at two programs an SM
-3,327 without prefetch and 4,085 with it, at one 4,691 and 6,265; no race (errors equal the
-control's). A grid barrier costs ~3.5 us more than a PDL launch's boundary (3,327 against 2,826 over
-144): not the lever. (An earlier run, `h100-2026-12-07-launch/`, read the weights a byte at a time:
-pointers and sizes loaded from tables carry no alignment until `_gemv_at` says so.)
+H100, 12-07 (docs/benchmarks/h100-2026-12-07-tiles/persistent-chain.json): the package's chain 2,563
+us, the control 2,826 (8 x 2,048) and 2,896 (4 x 2,048); persistent at two programs an SM 3,327
+without prefetch and 4,085 with it, at one 4,691 and 6,265; no race (every error within bf16
+rounding along the chain, at most 0.028, the 4 x 2,048 control's; a race would show ~1). A grid
+barrier costs ~3.5 us more than the control's plain launch boundary (3,327 against 2,826 over 144),
+and the package, launching with PDL, is faster still: not the lever. (An earlier run,
+`h100-2026-12-07-launch/`, read the weights a byte at a time: pointers and sizes loaded from tables
+carry no alignment until `_gemv_at` says so.)
 
 Usage: python tools/fp8_probes/persistent_chain.py OUT.json"""
 
@@ -141,8 +144,8 @@ def package_chain(ws, x0):
 
 def chain_run(ws, x0, tile: tuple[int, int], programs: int | None = None, prefetch=False):
     """The chain as a thunk: one cooperative launch of `programs` programs with grid barriers, or
-    (`programs` None, the control) a launch a GEMV of the same code, a program a tile, as the
-    package launches; where its output lands; the compiled kernel, once it ran."""
+    (`programs` None, the control) a launch a GEMV of the same code, a program a tile, without
+    PDL; where its output lands; the compiled kernel, once it ran."""
     dev, n = x0.device, len(ws)
     pad = ws + ws[:1]  # (GEMV n's first chunk is read with prefetch: none of it is used)
     w_table = torch.tensor([w.data.data_ptr() for w in pad], device=dev, dtype=torch.int64)

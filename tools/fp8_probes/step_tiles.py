@@ -6,20 +6,20 @@ FP8 at B=1 through `metainfer bench latency` with the best policy patched in.
 the same FP8 bytes take 2,171 us by two launches and 2,500 by the step's 144 with PDL at the
 package's 8 x 2,048 tile, but 2,406 at 2 x 4,096, where a program of a `K = 4,096` GEMV loads its
 whole share before it waits for the kernel before. Here the package's own GEMV runs each policy:
-a policy maps `(N, K, itemsize)` to a tile (rows, columns, warps).
+a policy maps a weight's `K` to a tile (rows, columns, warps), for one weight dtype.
 
 H100, 12-07 (docs/benchmarks/h100-2026-12-07-tiles/): no tile beats the package's. The step takes
-2,585 us at its 8 x 2,048, 2,597 at 4 x 2,048, 2,722-2,726 at 2 x 2,048 and 2 x 4,096, 2,860-2,946
-with one chunk for `K = 12,288`: the row sums' gain from loading a program's share before the wait
-does not carry over to the GEMV, which also reads its input and scales. Qwen3-8B FP8 B=1 with 4 x
-2,048 patched in 299.9 tok/s, the package's default 296.8 in the same call (run-to-run spread).
-bf16: the package's 4,634 us, 2 x 2,048 4,605, others slower.
+2,585 us at its 8 x 2,048, 2,597 at 4 x 2,048, 2,722-2,726 at 2 x 2,048 and 2 x 4,096, 2,860 at
+8,192-column chunks for `K = 12,288` and 2,917-2,946 at one chunk: the row sums' gain from loading
+a program's share before the wait does not carry over to the GEMV, which also reads its input and
+scales. Qwen3-8B FP8 B=1 with 4 x 2,048 patched in 299.9 tok/s, the package's default 296.8 in the
+same call (one run each; runs differ by about 1 %). bf16: the package's 4,634 us, 2 x 2,048 4,605
+(0.6 %, near the noise), others slower.
 
 Usage: python tools/fp8_probes/step_tiles.py step OUT.json
        python tools/fp8_probes/step_tiles.py model STEP.json CKPT OUTDIR  (bench with the best)"""
 
 import json
-import os
 import sys
 import torch
 from metainfer.kernels import triton_gemv as tg
@@ -138,14 +138,15 @@ def model(step_json: str, ckpt: str, out_dir: str) -> None:
     from metainfer.entrypoints.cli import main
 
     name = f"latency-qwen3-8b-fp8-b1-tiles-{best['name'].replace('/', '-')}"
-    sys.argv = ["metainfer", "bench", "latency", ckpt, "--batch-size", "1", "--name", name,
-                "--out", out_dir]  # fmt: skip
-    try:
-        main()
-    finally:  # (its `command` is what the CLI was passed: say how it really ran)
-        if os.path.exists(path := f"{out_dir}/{name}.json"):
-            probe = {"probe": f"tools/fp8_probes/step_tiles.py model, {best['name']} tiles"}
-            json.dump(probe | json.load(open(path)), open(path, "w"), indent=1)
+    main(["bench", "latency", ckpt, "--batch-size", "1", "--name", name, "--out", out_dir])
+    # (its `command` is what the CLI was passed: say how it really ran)
+    how = (
+        "run in-process by tools/fp8_probes/step_tiles.py model with triton_gemv.gemv_tiles "
+        f"patched to {best['name']} tiles for FP8 weights; `command` is what it passed to the CLI"
+    )
+    path = f"{out_dir}/{name}.json"
+    result = {k: v for k, v in json.load(open(path)).items() if k != "probe"}
+    json.dump({"probe": how} | result, open(path, "w"), indent=1)
 
 
 if __name__ == "__main__":
