@@ -11,7 +11,7 @@ fp8-qwen-throughput, fp8-qwen-throughput-ab2, fp8-deepseek-b1,
 fp8-deepseek-throughput, fp8-qwen-channel, fp8-tiny, fp8-agreement (issue 30); fp8-kv,
 fp8-kv-throughput, fp8-kv-ab, fp8-kv-deepseek (`--kv-cache-dtype fp8` beside the default); fp8-gemv;
 fp8-gemv-ab; fp8-gemv-scales; fp8-row-sums; fp8-launch-floor; fp8-persistent-chain;
-fp8-step-tiles;
+fp8-step-tiles; fp8-norm-epilogue;
 throughput-peer;
 free-ckpt: one call (570 s) holds about two of them.
 
@@ -938,6 +938,13 @@ def stage_fp8_step_tiles():
     sh(f"{PY} tools/fp8_probes/step_tiles.py model {out} {fp8} {RES.resolve()}", 200)
     keep()
     bench(f"latency {fp8} --batch-size 1 --name latency-qwen3-8b-fp8-b1")
+
+
+def stage_fp8_norm_epilogue():
+    """Issue 30: a B=1 step's add + RMSNorm as a kernel (the package in graphs), in the next GEMV's
+    prologue, or at the end of the GEMV before it (tools/fp8_probes/norm_epilogue.py)."""
+    sh(f"{PY} tools/fp8_probes/norm_epilogue.py {RES / 'norm-epilogue.json'}", 200)
+    keep()
 
 
 def stage_fp8_gemv():
