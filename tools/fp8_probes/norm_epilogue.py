@@ -13,7 +13,6 @@ launch/); the graph's 72 norm launches would then cost ~200 us of a ~3,370 us FP
 
 Usage: python tools/fp8_probes/norm_epilogue.py OUT.json"""
 
-import json
 import sys
 import torch
 from metainfer.kernels import triton_gemv as tg
@@ -23,7 +22,7 @@ from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path[:0] = ["tools/decode_probes", "tools/fp8_probes"]
 from graph_timing import graph_us  # noqa: E402
-from row_sums import FF, HID, L  # noqa: E402
+from row_sums import FF, HID, L, save_row  # noqa: E402
 
 EPS, GROUP = 1e-6, 128
 
@@ -142,9 +141,7 @@ def main():
             row.update(step_us=us, TBps=nbytes / us / 1e6)
         except Exception as e:  # a variant that does not compile or run here
             row["error"] = f"{type(e).__name__}: {e}"[:300]
-        result["rows"].append(row)
-        print(row, flush=True)
-        json.dump(result, open(out_path, "w"), indent=1)
+        save_row(result, out_path, row)
 
 
 if __name__ == "__main__":

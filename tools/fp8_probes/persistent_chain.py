@@ -26,7 +26,6 @@ carry no alignment until `_gemv_at` says so.)
 
 Usage: python tools/fp8_probes/persistent_chain.py OUT.json"""
 
-import json
 import os
 import sys
 import time
@@ -37,7 +36,7 @@ from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path[:0] = ["tools/decode_probes", "tools/fp8_probes"]
 from graph_timing import graph_us  # noqa: E402
-from row_sums import FF, HID, L, SHAPES  # noqa: E402  (a step's GEMV shapes)
+from row_sums import FF, HID, L, SHAPES, save_row  # noqa: E402  (a step's GEMV shapes)
 
 GROUP = 128
 MAXN = 2 * FF
@@ -225,9 +224,7 @@ def main():
             row.update(step_us=us, TBps=nbytes / us / 1e6)
         except Exception as e:  # a grid too large to be resident, say
             row["error"] = f"{type(e).__name__}: {e}"[:300]
-        result["rows"].append(row)
-        print(row, flush=True)
-        json.dump(result, open(out_path, "w"), indent=1)
+        save_row(result, out_path, row)
 
 
 if __name__ == "__main__":

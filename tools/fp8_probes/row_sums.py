@@ -142,6 +142,13 @@ def compiled_gemvs() -> list[dict]:
     return rows
 
 
+def save_row(result: dict, out_path: str, row: dict) -> None:
+    "`row` appended to `result`, printed, and the result so far saved (a later row may hang)."
+    result["rows"].append(row)
+    print(row, flush=True)
+    json.dump(result, open(out_path, "w"), indent=1)
+
+
 def measure_row(result: dict, out_path: str, row: dict, nbytes: int, *args) -> None:
     "`row_sums(*args)` timed into `row` (or why it failed), appended to `result`, saved."
     try:
@@ -150,9 +157,7 @@ def measure_row(result: dict, out_path: str, row: dict, nbytes: int, *args) -> N
         row.update(step_us=us, TBps=nbytes / us / 1e6, **registers(info["kernel"]))
     except Exception as e:  # a variant that does not compile here
         row["error"] = f"{type(e).__name__}: {e}"[:300]
-    result["rows"].append(row)
-    print(row, flush=True)
-    json.dump(result, open(out_path, "w"), indent=1)
+    save_row(result, out_path, row)
 
 
 def stacked():

@@ -27,7 +27,7 @@ from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path[:0] = ["tools/decode_probes", "tools/fp8_probes"]
 from graph_timing import graph_us  # noqa: E402
-from row_sums import SHAPES, package_step, stacked  # noqa: E402
+from row_sums import SHAPES, package_step, save_row, stacked  # noqa: E402
 
 dev = torch.device("cuda")
 PACKAGE = tg.gemv_tiles
@@ -77,9 +77,7 @@ def timed(result: dict, out_path: str, row: dict, weights, nbytes: int) -> None:
         row["error"] = f"{type(e).__name__}: {e}"[:300]
     finally:
         tg.gemv_tiles = PACKAGE
-    result["rows"].append(row)
-    print(row, flush=True)
-    json.dump(result, open(out_path, "w"), indent=1)
+    save_row(result, out_path, row)
 
 
 def checked(policy: dict) -> float:
