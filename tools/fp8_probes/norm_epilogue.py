@@ -6,7 +6,8 @@ stood in for by the QKV output's first 4,096 values, as
 - `kernel`: the package in a graph (GEMV, `add_rms_norm` kernel, GEMV, GEMV, `add_rms_norm`);
 - `prologue`: the norm in the next GEMV's prologue (the package's eager path, `gemv(norm=...)`);
 - `epilogue`: the norm at the end of the GEMV before it (72 launches fewer than `kernel`).
-Each variant's last residual and normalized row are compared bit for bit with `kernel`'s.
+Each variant's last residual and normalized row are compared bit for bit with `kernel`'s, once
+eagerly and once after the timed graph replays; each variant runs twice, interleaved.
 
 The 12-07 H100 runs put a launch boundary at ~2.8 us with PDL (docs/benchmarks/h100-2026-12-07-
 launch/); the graph's 72 norm launches would then cost ~200 us of a ~3,370 us FP8 step.
@@ -69,6 +70,7 @@ def _gemv_norm_kernel(x_ptr, w_ptr, s_ptr, out_ptr, res_ptr, nw_ptr, normed_ptr,
 def gemv_add_norm(x, w: Fp8Weight, residual, norm_weight, counter):
     "`(normed, residual)` of `add_rms_norm(x Wᵀ, residual)`, in the GEMV's launch."
     N, K = w.data.shape
+    assert tg.prologue_norms_alike(N), "the norm kernel's tile: 1 x N, 4 warps"
     out, normed, res_out = (torch.empty(1, N, dtype=x.dtype, device=x.device) for _ in range(3))
     tiles = tg.gemv_tiles(N, K, x.device, 1)
     on = pdl()
@@ -130,18 +132,24 @@ def main():
     nbytes = sum(w.data.numel() for ws, _ in ls for w in ws)
     result = dict(device=torch.cuda.get_device_name(), step_bytes=nbytes, rows=[])
     ref = [t.clone() for t in chain("kernel", ls, h0, res0, counters)]
-    for variant in ("kernel", "prologue", "epilogue"):
-        row = dict(variant=variant)
-        try:
-            got = chain(variant, ls, h0, res0, counters)
-            row["same_bits"] = all(torch.equal(a, b) for a, b in zip(got, ref))
-            row["rel_err"] = max(((a.float() - b.float()).abs().max() / b.float().abs().max())
-                                 .item() for a, b in zip(got, ref))  # fmt: skip
-            us = graph_us(lambda: chain(variant, ls, h0, res0, counters), 1, 20)
-            row.update(step_us=us, TBps=nbytes / us / 1e6)
-        except Exception as e:  # a variant that does not compile or run here
-            row["error"] = f"{type(e).__name__}: {e}"[:300]
-        save_row(result, out_path, row)
+    same = lambda got: all(torch.equal(a, b) for a, b in zip(got, ref))  # noqa: E731
+    for round_ in (1, 2):  # (each variant twice, interleaved: drift shows as a round's difference)
+        for variant in ("kernel", "prologue", "epilogue"):
+            row, outs = dict(variant=variant, round=round_), []
+
+            def step():  # (the captured call's outputs: the graph's, after its replays)
+                outs[:] = chain(variant, ls, h0, res0, counters)
+
+            try:
+                got = chain(variant, ls, h0, res0, counters)
+                row["same_bits"] = same(got)
+                row["rel_err"] = max(((a.float() - b.float()).abs().max() / b.float().abs().max())
+                                     .item() for a, b in zip(got, ref))  # fmt: skip
+                us = graph_us(step, 1, 20)
+                row.update(step_us=us, TBps=nbytes / us / 1e6, same_bits_replayed=same(outs))
+            except Exception as e:  # a variant that does not compile or run here
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+            save_row(result, out_path, row)
 
 
 if __name__ == "__main__":
