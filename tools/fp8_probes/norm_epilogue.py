@@ -12,6 +12,11 @@ eagerly and once after the timed graph replays; each variant runs twice, interle
 The 12-07 H100 runs put a launch boundary at ~2.8 us with PDL (docs/benchmarks/h100-2026-12-07-
 launch/); the graph's 72 norm launches would then cost ~200 us of a ~3,370 us FP8 step.
 
+H100, 12-07 (docs/benchmarks/h100-2026-12-07-norm/norm-epilogue.json), two rounds: `kernel` 2,686 /
+2,706 us, `prologue` 2,801 / 2,816, `epilogue` 2,784 / 2,784; the same bits everywhere, eagerly and
+after the replays. The 72 norm kernels cost ~100 us beside the GEMVs alone (2,585): with PDL they
+overlap the next GEMV's first loads. Neither fold pays for itself.
+
 Usage: python tools/fp8_probes/norm_epilogue.py OUT.json"""
 
 import sys
