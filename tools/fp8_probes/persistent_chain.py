@@ -36,7 +36,7 @@ from metainfer.layers.fp8 import FP8, Fp8Weight
 
 sys.path[:0] = ["tools/decode_probes", "tools/fp8_probes"]
 from graph_timing import graph_us  # noqa: E402
-from row_sums import FF, HID, L, SHAPES, save_row  # noqa: E402  (a step's GEMV shapes)
+from row_sums import FF, HID, L, SHAPES, registers, save_row  # noqa: E402  (a step's GEMV shapes)
 
 GROUP = 128
 MAXN = 2 * FF
@@ -214,12 +214,7 @@ def main():
             run()
             ran_within(10)
             k = info["kernel"]
-            row.update(
-                rel_err_4=rel_err(out4(), ref4),
-                rel_err=rel_err(out(), ref),
-                n_regs=getattr(k, "n_regs", None),
-                n_spills=getattr(k, "n_spills", None),
-            )
+            row.update(rel_err_4=rel_err(out4(), ref4), rel_err=rel_err(out(), ref), **registers(k))
             us = graph_us(run, 1, 20)
             row.update(step_us=us, TBps=nbytes / us / 1e6)
         except Exception as e:  # a grid too large to be resident, say
